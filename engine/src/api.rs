@@ -1,0 +1,179 @@
+//! The API types of group `gpu.cozystack.io/v1alpha1` (DESIGN.md §2), as the API server stores them.
+//!
+//! These are wire types: serde, the CRD schema and nothing else. The engine decides on the compact
+//! [`crate::model`]; [`crate::convert`] turns these into it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a class's devices reach a VM.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum GpuMode {
+    /// Whole physical devices by PCI passthrough; never live-migratable.
+    Passthrough,
+    /// Mediated vGPU profiles; tenants need the vGPU entitlement.
+    #[serde(rename = "VGPU")]
+    Vgpu,
+}
+
+/// A kind of GPU tenants may order, as one extended resource of the device plugin.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gpu.cozystack.io",
+    version = "v1alpha1",
+    kind = "GPUClass",
+    plural = "gpuclasses",
+    status = "GPUClassStatus",
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    printcolumn = r#"{"name":"Resource","type":"string","jsonPath":".spec.resourceName"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"Free","type":"integer","jsonPath":".status.freeUnits"}"#,
+    printcolumn = r#"{"name":"LargestFree","type":"integer","jsonPath":".status.largestFreeOnNode"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GPUClassSpec {
+    /// The extended resource the device plugin publishes, e.g. `nvidia.com/GH100_H100_SXM5_80GB`.
+    pub resource_name: String,
+    pub mode: GpuMode,
+    /// The most units one claim of this class may order.
+    #[schemars(range(min = 1))]
+    pub max_count: u32,
+    /// Nodes this class's devices may be taken from (all labels must match).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints of the GPU nodes that pods of this class must tolerate; the pod webhook adds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Whether a VMI with exactly one unit of this (vGPU) class may live-migrate. Passthrough never does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live_migratable: bool,
+}
+
+/// What the controller publishes for the order webhook to read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GPUClassStatus {
+    /// Units on all nodes this class may use.
+    pub allocatable_units: u64,
+    /// Units not bound to any claim nor taken by pods outside claims.
+    pub free_units: u64,
+    /// The most free units on any one node: a claim lands on one node, so this bounds an order.
+    pub largest_free_on_node: u64,
+}
+
+/// A tenant's order for GPUs of one class, bound to one node.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gpu.cozystack.io",
+    version = "v1alpha1",
+    kind = "GPUClaim",
+    plural = "gpuclaims",
+    namespaced,
+    status = "GPUClaimStatus",
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".spec.className"}"#,
+    printcolumn = r#"{"name":"Count","type":"integer","jsonPath":".spec.count"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.nodeName"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GPUClaimSpec {
+    pub class_name: String,
+    #[schemars(range(min = 1))]
+    pub count: u32,
+}
+
+/// Where a claim is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum ClaimPhase {
+    /// Not bound to a node yet; a condition says why.
+    #[default]
+    Pending,
+    /// Bound to a node (its units reserved there), not attached to a VMI.
+    Bound,
+    /// Attached to a running VMI on its node.
+    Attached,
+}
+
+/// The VMI a claim is attached to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GPUClaimStatus {
+    #[serde(default)]
+    pub phase: ClaimPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_to: Option<VmiRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The usage record of one attachment: who used which units where, from when to when.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gpu.cozystack.io",
+    version = "v1alpha1",
+    kind = "GPUUsage",
+    plural = "gpuusages",
+    namespaced,
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    printcolumn = r#"{"name":"Claim","type":"string","jsonPath":".spec.claim"}"#,
+    printcolumn = r#"{"name":"Count","type":"integer","jsonPath":".spec.count"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.node"}"#,
+    printcolumn = r#"{"name":"Start","type":"date","jsonPath":".spec.startTime"}"#,
+    printcolumn = r#"{"name":"End","type":"date","jsonPath":".spec.endTime"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GPUUsageSpec {
+    pub claim: String,
+    pub class_name: String,
+    pub resource_name: String,
+    pub count: u32,
+    pub vmi: VmiRef,
+    pub node: String,
+    pub start_time: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// The CRDs of the API group, generated from these types, as one multi-document YAML (what `gpuclaim crds`
+/// prints and the chart stores).
+pub fn crds_yaml() -> String {
+    use kube_core::CustomResourceExt;
+    [GPUClass::crd(), GPUClaim::crd(), GPUUsage::crd()]
+        .iter()
+        .map(|crd| format!("---\n{}", serde_yaml_ng::to_string(crd).expect("CRDs always serialize")))
+        .collect()
+}

@@ -1,0 +1,179 @@
+//! Answering an `admission.k8s.io/v1` AdmissionReview: route by kind to one rule, turn its decision into the
+//! response the live webhook sends. `gpuclaim review` and the HTTPS server both call [`answer`], so they agree
+//! byte for byte.
+
+use std::fmt;
+
+use kube_core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube_core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use crate::api::GPUClaim;
+use crate::convert::{self, ConvertError};
+use crate::keys;
+use crate::model::View;
+use crate::rules::{self, Refusal};
+
+/// The three webhooks, each serving one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Webhook {
+    /// Mutating, VirtualMachineInstance CREATE.
+    Vmi,
+    /// Mutating, Pod CREATE.
+    Pod,
+    /// Validating, GPUClaim CREATE.
+    Order,
+}
+
+impl Webhook {
+    /// The kind a review must carry to reach this webhook.
+    pub fn route(kind: &GroupVersionKind) -> Option<Webhook> {
+        match (kind.group.as_str(), kind.kind.as_str()) {
+            ("kubevirt.io", keys::kubevirt::KIND_VMI) => Some(Webhook::Vmi),
+            ("", "Pod") => Some(Webhook::Pod),
+            (keys::GROUP, keys::KIND_CLAIM) => Some(Webhook::Order),
+            _ => None,
+        }
+    }
+
+    /// The HTTPS path the webhook configuration points at.
+    pub fn path(self) -> &'static str {
+        match self {
+            Webhook::Vmi => "/mutate-vmi",
+            Webhook::Pod => "/mutate-pod",
+            Webhook::Order => "/validate-order",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Webhook::Vmi => "vmi",
+            Webhook::Pod => "pod",
+            Webhook::Order => "order",
+        }
+    }
+}
+
+/// A review that cannot be answered: the webhook answers HTTP 400, `gpuclaim review` exits with an error.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReviewError {
+    #[error("field {field}: {reason}")]
+    Malformed { field: String, reason: String },
+    #[error("field request: missing (the AdmissionReview carries no request)")]
+    NoRequest,
+    #[error("field request.kind: no webhook serves kind {kind:?} of group {group:?}")]
+    UnsupportedKind { group: String, kind: String },
+    #[error("field request.object: missing")]
+    NoObject,
+    #[error("field request.object.{}: {}", .0.field.trim_start_matches('.'), .0.reason)]
+    Object(ConvertError),
+}
+
+/// The decision behind an answer, for logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub webhook: Webhook,
+    /// The refusal's reason word; `None` when allowed.
+    pub refusal: Option<&'static str>,
+    pub patched: bool,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.refusal {
+            Some(reason) => write!(f, "{} webhook: denied ({reason})", self.webhook.name()),
+            None if self.patched => write!(f, "{} webhook: allowed with patch", self.webhook.name()),
+            None => write!(f, "{} webhook: allowed", self.webhook.name()),
+        }
+    }
+}
+
+/// Parses an AdmissionReview from JSON.
+pub fn parse_review(review: &Value) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let review: AdmissionReview<DynamicObject> = convert::typed(review)
+        .map_err(|e| ReviewError::Malformed { field: e.field.trim_start_matches('.').to_owned(), reason: e.reason })?;
+    if review.request.is_none() {
+        return Err(ReviewError::NoRequest);
+    }
+    review.try_into().map_err(|_| ReviewError::NoRequest)
+}
+
+/// Answers one request against `view`. Only CREATE is decided: the webhook configurations register nothing else,
+/// and anything else that arrives passes unchanged.
+pub fn answer(
+    view: &View,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<(AdmissionResponse, Outcome), ReviewError> {
+    let webhook = Webhook::route(&request.kind).ok_or_else(|| ReviewError::UnsupportedKind {
+        group: request.kind.group.clone(),
+        kind: request.kind.kind.clone(),
+    })?;
+    let allowed = AdmissionResponse::from(request);
+    if request.operation != Operation::Create {
+        return Ok((allowed, Outcome { webhook, refusal: None, patched: false }));
+    }
+    let object = request.object.as_ref().ok_or(ReviewError::NoObject)?;
+    let object = serde_json::to_value(object).expect("a DynamicObject always serializes");
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let decision = match webhook {
+        Webhook::Vmi => {
+            let vmi = convert::vmi_from_json(&object, namespace).map_err(ReviewError::Object)?;
+            rules::admit_vmi(view, &vmi).map(|patch| convert::vmi_json_patch(&patch, &object)).map_err(refusal)
+        }
+        Webhook::Pod => {
+            let pod = convert::pod_from_json(&object, namespace).map_err(ReviewError::Object)?;
+            rules::mutate_pod(view, &pod).map(|patch| convert::pod_json_patch(&patch, &object)).map_err(refusal)
+        }
+        Webhook::Order => {
+            let claim: GPUClaim = convert::typed(&object).map_err(ReviewError::Object)?;
+            let claim = convert::claim_from_kube(&claim, namespace);
+            rules::validate_order(view, &claim, request.user_info.username.as_deref().unwrap_or_default())
+                .map(|()| json_patch::Patch(Vec::new()))
+                .map_err(refusal)
+        }
+    };
+    Ok(match decision {
+        Ok(patch) if patch.0.is_empty() => (allowed, Outcome { webhook, refusal: None, patched: false }),
+        Ok(patch) => {
+            let response = allowed.with_patch(patch).expect("a JSON patch always serializes");
+            (response, Outcome { webhook, refusal: None, patched: true })
+        }
+        Err(denial) => {
+            let outcome = Outcome { webhook, refusal: Some(denial.reason), patched: false };
+            (denial.into_response(allowed), outcome)
+        }
+    })
+}
+
+/// A refusal, flattened for the response.
+struct Denial {
+    reason: &'static str,
+    code: u16,
+    message: String,
+}
+
+fn refusal<R: Refusal>(refusal: R) -> Denial {
+    Denial { reason: refusal.reason(), code: refusal.code(), message: refusal.to_string() }
+}
+
+impl Denial {
+    fn into_response(self, allowed: AdmissionResponse) -> AdmissionResponse {
+        let mut response = allowed.deny(self.message);
+        response.result.code = self.code;
+        response.result.reason = match self.code {
+            422 => "Invalid".to_owned(),
+            _ => "Forbidden".to_owned(),
+        };
+        // The API server prefixes the key with the webhook's name in the audit log.
+        response.audit_annotations.insert("reason".to_owned(), self.reason.to_owned());
+        response
+    }
+}
+
+/// Answers a whole AdmissionReview (JSON) with the response review (JSON), as the webhook sends it.
+pub fn answer_review(view: &View, review: &Value) -> Result<(Value, Outcome), ReviewError> {
+    let request = parse_review(review)?;
+    let (response, outcome) = answer(view, &request)?;
+    let review = response.into_review();
+    Ok((serde_json::to_value(&review).expect("a review always serializes"), outcome))
+}

@@ -1,0 +1,275 @@
+//! The VMI webhook rule: resolve a VMI's claim references and record the start on the VMI itself.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::keys;
+use crate::model::{GpuDevice, View, Vmi};
+use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
+
+use super::Refusal;
+
+/// The most GPU units one VMI may attach: a bound on the entries the webhook writes (no node has more).
+pub const UNITS_PER_VMI_MAX: u32 = 64;
+
+/// What the VMI webhook changes. Empty when the VMI is not selected or already carries exactly this.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmiPatch {
+    /// The new value of the attachments annotation, when it differs.
+    pub attachments: Option<String>,
+    /// The `spec.domain.devices.gpus` list to write (the VMI had none): one entry per unit.
+    pub gpus: Option<Vec<GpuDevice>>,
+}
+
+impl VmiPatch {
+    pub fn is_empty(&self) -> bool {
+        self.attachments.is_none() && self.gpus.is_none()
+    }
+
+    /// Applies the patch to the compact VMI (the twin's path; the live path applies the JSON patch).
+    pub fn apply(&self, vmi: &mut Vmi) {
+        if let Some(value) = &self.attachments {
+            vmi.annotations.insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value.clone());
+        }
+        if let Some(gpus) = &self.gpus {
+            vmi.gpus = gpus.clone();
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmiRefusal {
+    /// The claims label without a readable claims annotation.
+    MalformedReferences {
+        detail: String,
+    },
+    /// The claims label with an empty reference list.
+    NoReferences,
+    /// Raw GPUs and claim references on one VMI.
+    MixedList,
+    UnknownClaim {
+        claim: String,
+    },
+    DuplicateClaim {
+        claim: String,
+    },
+    /// A template claim belongs to the run it was ordered for.
+    TemplateClaimReferenced {
+        claim: String,
+    },
+    ClaimDeleting {
+        claim: String,
+    },
+    ClaimInUse {
+        claim: String,
+        vmi: String,
+    },
+    UnknownClass {
+        class: String,
+    },
+    HeldClaimsOnDifferentNodes {
+        first: String,
+        first_node: String,
+        second: String,
+        second_node: String,
+    },
+    CountNotPositive {
+        class: String,
+    },
+    CountOverMax {
+        class: String,
+        count: u32,
+        max: u32,
+    },
+    TooManyUnits {
+        units: u64,
+    },
+}
+
+impl fmt::Display for VmiRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use VmiRefusal::*;
+        match self {
+            MalformedReferences { detail } => {
+                write!(f, "annotation {} cannot be read: {detail}", keys::ANNOTATION_CLAIMS)
+            }
+            NoReferences => write!(f, "annotation {} lists no claim references", keys::ANNOTATION_CLAIMS),
+            MixedList => write!(f, "the VMI lists raw GPUs and claim references together; use one or the other"),
+            UnknownClaim { claim } => write!(f, "GPU claim {claim:?} does not exist in this namespace"),
+            DuplicateClaim { claim } => write!(f, "GPU claim {claim:?} is referenced more than once"),
+            TemplateClaimReferenced { claim } => {
+                write!(f, "GPU claim {claim:?} is a template claim of another run; reference a held claim")
+            }
+            ClaimDeleting { claim } => write!(f, "GPU claim {claim:?} is being deleted"),
+            ClaimInUse { claim, vmi } => write!(f, "GPU claim {claim:?} is in use by VMI {vmi:?}"),
+            UnknownClass { class } => write!(f, "GPU class {class:?} does not exist"),
+            HeldClaimsOnDifferentNodes { first, first_node, second, second_node } => write!(
+                f,
+                "held GPU claims {first:?} (node {first_node:?}) and {second:?} (node {second_node:?}) are bound \
+                 to different nodes; a VM's claims must share one node"
+            ),
+            CountNotPositive { class } => write!(f, "claim template of class {class:?} must order at least 1 unit"),
+            CountOverMax { class, count, max } => {
+                write!(f, "claim template orders {count} units of class {class:?}, more than its maxCount {max}")
+            }
+            TooManyUnits { units } => {
+                write!(f, "the VMI attaches {units} GPU units, more than the {UNITS_PER_VMI_MAX} one VMI may")
+            }
+        }
+    }
+}
+
+impl Refusal for VmiRefusal {
+    fn reason(&self) -> &'static str {
+        use VmiRefusal::*;
+        match self {
+            MalformedReferences { .. } => "MalformedReferences",
+            NoReferences => "NoReferences",
+            MixedList => "MixedList",
+            UnknownClaim { .. } => "UnknownClaim",
+            DuplicateClaim { .. } => "DuplicateClaim",
+            TemplateClaimReferenced { .. } => "TemplateClaimReferenced",
+            ClaimDeleting { .. } => "ClaimDeleting",
+            ClaimInUse { .. } => "ClaimInUse",
+            UnknownClass { .. } => "UnknownClass",
+            HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
+            CountNotPositive { .. } => "CountNotPositive",
+            CountOverMax { .. } => "CountOverMax",
+            TooManyUnits { .. } => "TooManyUnits",
+        }
+    }
+
+    fn code(&self) -> u16 {
+        match self {
+            VmiRefusal::MalformedReferences { .. } => 422,
+            _ => 403,
+        }
+    }
+}
+
+/// The VMI webhook: resolves the references of a VMI carrying the claims label. Refuses only what needs no
+/// placement to judge; never refuses for capacity or budget (those make the pod wait at its gate instead of
+/// sending the VM into KubeVirt's start backoff). Records the attachments annotation and one GPU entry per unit
+/// with the class's resource name, because KubeVirt renders the launcher's requests from the VMI spec.
+pub fn admit_vmi(view: &View, vmi: &Vmi) -> Result<VmiPatch, VmiRefusal> {
+    if vmi.labels.get(keys::LABEL_CLAIMS).map(String::as_str) != Some(keys::TRUE) {
+        return Ok(VmiPatch::default());
+    }
+    let entries = read_references(vmi)?;
+    let attachments = resolve(view, &vmi.namespace, &vmi.name, &entries)?;
+    let gpus = unit_devices(view, &attachments)?;
+    let annotation = attachments_json(&attachments);
+    let mut patch = VmiPatch::default();
+    if vmi.annotations.get(keys::ANNOTATION_ATTACHMENTS) != Some(&annotation) {
+        patch.attachments = Some(annotation);
+    }
+    if vmi.gpus.is_empty() {
+        patch.gpus = Some(gpus);
+    } else if vmi.gpus != gpus {
+        // Entries we did not write (or a forged copy of ours that does not match): a mixed list.
+        return Err(VmiRefusal::MixedList);
+    }
+    Ok(patch)
+}
+
+fn read_references(vmi: &Vmi) -> Result<Vec<GpuEntry>, VmiRefusal> {
+    let Some(json) = vmi.annotations.get(keys::ANNOTATION_CLAIMS) else {
+        return Err(VmiRefusal::MalformedReferences {
+            detail: format!("the VMI carries label {} but not the annotation", keys::LABEL_CLAIMS),
+        });
+    };
+    let entries = parse_entries(json).map_err(|e| VmiRefusal::MalformedReferences { detail: e.to_string() })?;
+    if entries.is_empty() {
+        return Err(VmiRefusal::NoReferences);
+    }
+    if entries.iter().any(|e| !e.is_reference()) {
+        return Err(VmiRefusal::MixedList);
+    }
+    Ok(entries)
+}
+
+/// Resolves references in list order; the first reference that fails decides the refusal.
+fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -> Result<Vec<Attachment>, VmiRefusal> {
+    let mut attachments = Vec::with_capacity(entries.len());
+    let mut seen = BTreeSet::new();
+    let mut first_bound: Option<(&str, &str)> = None;
+    let mut template_index = 0u32;
+    for entry in entries {
+        match entry {
+            GpuEntry::Claim(name) => {
+                if !seen.insert(name.as_str()) {
+                    return Err(VmiRefusal::DuplicateClaim { claim: name.clone() });
+                }
+                let claim =
+                    view.claim(namespace, name).ok_or_else(|| VmiRefusal::UnknownClaim { claim: name.clone() })?;
+                if claim.template {
+                    return Err(VmiRefusal::TemplateClaimReferenced { claim: name.clone() });
+                }
+                if claim.deleting {
+                    return Err(VmiRefusal::ClaimDeleting { claim: name.clone() });
+                }
+                // The same name is the previous run of this VM (VMI names are unique while they exist): the
+                // controller releases it before attaching again.
+                if let Some(holder) = claim.attached_to.as_ref().filter(|holder| holder.name != vmi_name) {
+                    return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.clone() });
+                }
+                if view.class(&claim.class).is_none() {
+                    return Err(VmiRefusal::UnknownClass { class: claim.class.clone() });
+                }
+                if let Some(node) = claim.node.as_deref() {
+                    match first_bound {
+                        None => first_bound = Some((name, node)),
+                        Some((first, first_node)) if first_node != node => {
+                            return Err(VmiRefusal::HeldClaimsOnDifferentNodes {
+                                first: first.to_owned(),
+                                first_node: first_node.to_owned(),
+                                second: name.clone(),
+                                second_node: node.to_owned(),
+                            });
+                        }
+                        Some(_) => {}
+                    }
+                }
+                attachments.push(Attachment::held(name, &claim.uid, &claim.class, claim.count));
+            }
+            GpuEntry::ClaimTemplate(template) => {
+                let class = view
+                    .class(&template.class)
+                    .ok_or_else(|| VmiRefusal::UnknownClass { class: template.class.clone() })?;
+                if template.count == 0 {
+                    return Err(VmiRefusal::CountNotPositive { class: class.name.clone() });
+                }
+                if template.count > class.max_count {
+                    return Err(VmiRefusal::CountOverMax {
+                        class: class.name.clone(),
+                        count: template.count,
+                        max: class.max_count,
+                    });
+                }
+                attachments.push(Attachment::template(template_index, &class.name, template.count));
+                template_index += 1;
+            }
+            GpuEntry::Name(_) => unreachable!("read_references refuses raw names"),
+        }
+    }
+    Ok(attachments)
+}
+
+/// One GPU entry per unit, named `gpuclaim-<unit index>` (unique on the VMI, since no other GPUs may be listed).
+fn unit_devices(view: &View, attachments: &[Attachment]) -> Result<Vec<GpuDevice>, VmiRefusal> {
+    let units: u64 = attachments.iter().map(|a| u64::from(a.count)).sum();
+    if units > u64::from(UNITS_PER_VMI_MAX) {
+        return Err(VmiRefusal::TooManyUnits { units });
+    }
+    let mut gpus = Vec::with_capacity(units as usize);
+    for attachment in attachments {
+        let class = view.class(&attachment.class).expect("resolve checked every class");
+        for _ in 0..attachment.count {
+            gpus.push(GpuDevice {
+                name: format!("{}{}", keys::GPU_ENTRY_PREFIX, gpus.len()),
+                device_name: class.resource_name.clone(),
+            });
+        }
+    }
+    Ok(gpus)
+}

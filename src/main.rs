@@ -1,0 +1,57 @@
+//! `gpuclaim`: a thin command line over the engine (and, as they land, the twin, scenarios, reports and adapter).
+//!
+//! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
+
+mod review_cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gpuclaim", version, about = "GPU claims for KubeVirt virtual machines")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answers an AdmissionReview offline, exactly as the live webhook would.
+    Review {
+        /// Kubernetes manifests (multi-document YAML) the webhooks' caches would hold.
+        #[arg(long, value_name = "OBJECTS.yaml")]
+        objects: PathBuf,
+        /// An admission.k8s.io/v1 AdmissionReview (JSON or YAML); `-` or nothing reads standard input.
+        #[arg(value_name = "REVIEW")]
+        review: Option<PathBuf>,
+        /// Indent the response (the live webhook sends it compact).
+        #[arg(long)]
+        pretty: bool,
+    },
+    /// Prints the CRDs generated from the Rust types.
+    Crds,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Review { objects, review, pretty } => {
+            let options = review_cmd::Options { objects, review, pretty };
+            review_cmd::run(&options)?;
+        }
+        Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
