@@ -33,6 +33,7 @@
 
 pub mod api;
 pub mod convert;
+pub mod fixtures;
 pub mod keys;
 pub mod model;
 pub mod objects;

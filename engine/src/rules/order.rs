@@ -125,3 +125,119 @@ pub fn validate_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{held_claim, platform};
+
+    fn order(namespace: &str, class: &str, count: u32) -> Result<(), OrderRefusal> {
+        validate_order(&platform(), &held_claim(namespace, "new", class, count), "alice")
+    }
+
+    #[test]
+    fn an_order_that_can_be_met_is_allowed() {
+        // 3 of 8 already ordered; 5 more fit the budget, and 8 are free on one node.
+        assert_eq!(order("tenant-a", "h100", 5), Ok(()));
+        // No quota names h100 in tenant-b: not limited.
+        assert_eq!(order("tenant-b", "h100", 8), Ok(()));
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let cases = [
+            (order("tenant-a", "l40", 1), "ClassMissing", r#"GPU class "l40" does not exist"#.to_owned()),
+            (order("tenant-a", "h100", 0), "CountNotPositive", "spec.count must be at least 1".to_owned()),
+            (
+                order("tenant-a", "h100", 9),
+                "CountOverMax",
+                r#"spec.count 9 is more than the maxCount 8 of GPU class "h100""#.to_owned(),
+            ),
+            (
+                order("tenant-a", "h100", 6),
+                "BudgetExceeded",
+                r#"ordering 6 units of GPU class "h100" would exceed the namespace's budget: 3 of 8 already ordered (requests.gpu.cozystack.io/h100)"#.to_owned(),
+            ),
+            (
+                order("tenant-b", "a100-40c", 1),
+                "NotEntitled",
+                r#"GPU class "a100-40c" is a vGPU class and this namespace is not entitled to vGPUs (label gpu.cozystack.io/vgpu-entitled)"#.to_owned(),
+            ),
+        ];
+        for (got, reason, message) in cases {
+            let refusal = got.unwrap_err();
+            assert_eq!(refusal.reason(), reason);
+            assert_eq!(refusal.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn no_capacity_reads_the_largest_free_units_on_one_node() {
+        let mut view = platform();
+        let mut h100 = view.class("h100").unwrap().clone();
+        h100.published.free_units = 6; // six free in all, but split three and three
+        h100.published.largest_free_on_node = 3;
+        view.upsert_class(h100);
+        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 4), "alice").unwrap_err();
+        assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 4, largest_free_on_node: 3 });
+        assert_eq!(refusal.to_string(), r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#);
+        assert_eq!(validate_order(&view, &held_claim("tenant-a", "new", "h100", 3), "alice"), Ok(()));
+    }
+
+    #[test]
+    fn checks_run_in_the_documented_order() {
+        // Over maxCount, over capacity, over budget and not entitled at once: maxCount speaks first.
+        let mut view = platform();
+        view.upsert_quota("tenant-b", "q", [("a100-40c".to_owned(), 0)].into());
+        let refusal = validate_order(&view, &held_claim("tenant-b", "new", "a100-40c", 5), "bob").unwrap_err();
+        assert_eq!(refusal.reason(), "CountOverMax");
+        // Within maxCount, capacity 4: over budget and not entitled: budget speaks first.
+        let refusal = validate_order(&view, &held_claim("tenant-b", "new", "a100-40c", 1), "bob").unwrap_err();
+        assert_eq!(refusal.reason(), "BudgetExceeded");
+    }
+
+    #[test]
+    fn the_tightest_of_several_quotas_is_the_budget() {
+        let mut view = platform();
+        view.upsert_quota("tenant-a", "team-cap", [("h100".to_owned(), 4)].into());
+        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 2), "alice").unwrap_err();
+        assert_eq!(refusal, OrderRefusal::BudgetExceeded { class: "h100".into(), count: 2, used: 3, budget: 4 });
+        view.remove_quota("tenant-a", "team-cap");
+        assert_eq!(validate_order(&view, &held_claim("tenant-a", "new", "h100", 2), "alice"), Ok(()));
+    }
+
+    #[test]
+    fn a_class_never_published_has_no_capacity_yet() {
+        let mut view = platform();
+        let mut h100 = view.class("h100").unwrap().clone();
+        h100.published = Default::default();
+        view.upsert_class(h100);
+        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 1), "alice").unwrap_err();
+        assert_eq!(refusal.reason(), "NoCapacity");
+    }
+
+    #[test]
+    fn template_claims_skip_the_checks_but_only_from_the_controller() {
+        let mut view = platform();
+        let mut template = held_claim("tenant-b", "vm-1-0", "a100-40c", 99);
+        template.template = true;
+        assert_eq!(validate_order(&view, &template, "alice"), Ok(()), "no creator configured: the policy guards");
+        view.settings.template_claim_creator = Some("system:serviceaccount:cozy-gpu:gpuclaim".into());
+        assert_eq!(validate_order(&view, &template, "system:serviceaccount:cozy-gpu:gpuclaim"), Ok(()));
+        let refusal = validate_order(&view, &template, "alice").unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            r#"label gpu.cozystack.io/template-claim is reserved for the GPU controller; "alice" may not set it"#
+        );
+    }
+
+    #[test]
+    fn removing_and_replacing_claims_keeps_the_budget_in_step() {
+        let mut view = platform();
+        assert_eq!(view.tenant("tenant-a").unwrap().units_used("h100"), 3);
+        view.upsert_claim(held_claim("tenant-a", "train-a", "h100", 4)); // replaces the 1-unit claim
+        assert_eq!(view.tenant("tenant-a").unwrap().units_used("h100"), 6);
+        view.remove_claim("tenant-a", "train-a");
+        assert_eq!(view.tenant("tenant-a").unwrap().units_used("h100"), 2);
+    }
+}

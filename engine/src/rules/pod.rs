@@ -128,3 +128,97 @@ pub fn mutate_pod(view: &View, pod: &Pod) -> Result<PodPatch, PodRefusal> {
     }
     Ok(patch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::pod_from_json;
+    use crate::fixtures::{self, gpu_toleration, platform};
+
+    const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+    const ATTACHMENTS: &str = r#"[{"claim":"train-a","uid":"u","class":"h100","count":1},{"template":0,"class":"a100-40c","count":1},{"template":1,"class":"h100","count":2}]"#;
+
+    fn launcher() -> Pod {
+        pod_from_json(&fixtures::launcher_pod_json("tenant-a", "vm-1", ATTACHMENTS, H100, 3), "tenant-a").unwrap()
+    }
+
+    #[test]
+    fn a_launcher_gets_the_gate_and_each_class_toleration_once() {
+        let patch = mutate_pod(&platform(), &launcher()).unwrap();
+        assert!(patch.add_gate);
+        // Classes in name order, each toleration once although h100 is attached twice.
+        assert_eq!(patch.add_tolerations, vec![gpu_toleration("nvidia.com/A100-40C"), gpu_toleration(H100)]);
+    }
+
+    #[test]
+    fn mutating_a_mutated_pod_adds_nothing() {
+        let mut pod = launcher();
+        mutate_pod(&platform(), &pod).unwrap().apply(&mut pod);
+        assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
+        assert_eq!(pod.scheduling_gates.iter().filter(|g| *g == keys::GATE_PLACEMENT).count(), 1);
+    }
+
+    #[test]
+    fn a_toleration_the_pod_already_has_is_not_added_again() {
+        let mut pod = launcher();
+        pod.tolerations.push(gpu_toleration(H100));
+        pod.scheduling_gates.push("example.com/other".into());
+        let patch = mutate_pod(&platform(), &pod).unwrap();
+        assert!(patch.add_gate);
+        assert_eq!(patch.add_tolerations, vec![gpu_toleration("nvidia.com/A100-40C")]);
+    }
+
+    #[test]
+    fn the_volume_binding_pod_is_gated_like_the_launcher() {
+        let mut pod = launcher();
+        pod.labels.remove(kubevirt::LABEL_APP);
+        pod.annotations.insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
+        assert_eq!(pod_role(&pod), PodRole::VolumeBinder);
+        assert!(mutate_pod(&platform(), &pod).unwrap().add_gate);
+    }
+
+    #[test]
+    fn migration_targets_are_left_ungated() {
+        let mut pod = launcher();
+        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
+        assert_eq!(pod_role(&pod), PodRole::MigrationTarget);
+        assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
+    }
+
+    #[test]
+    fn pods_without_the_claims_label_or_of_another_role_are_left_alone() {
+        let mut pod = launcher();
+        pod.labels.remove(keys::LABEL_CLAIMS);
+        assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
+        let mut hotplug = launcher();
+        hotplug.labels.insert(kubevirt::LABEL_APP.into(), "hotplug-disk".into());
+        assert_eq!(pod_role(&hotplug), PodRole::NotOurs);
+        assert_eq!(mutate_pod(&platform(), &hotplug), Ok(PodPatch::default()));
+    }
+
+    #[test]
+    fn a_deleted_class_adds_no_tolerations_but_the_pod_still_waits() {
+        let mut view = platform();
+        view.remove_class("a100-40c");
+        let patch = mutate_pod(&view, &launcher()).unwrap();
+        assert!(patch.add_gate);
+        assert_eq!(patch.add_tolerations, vec![gpu_toleration(H100)]);
+    }
+
+    #[test]
+    fn a_claims_pod_without_attachments_is_refused() {
+        let mut pod = launcher();
+        pod.annotations.remove(keys::ANNOTATION_ATTACHMENTS);
+        let refusal = mutate_pod(&platform(), &pod).unwrap_err();
+        assert_eq!(refusal, PodRefusal::MissingAttachments);
+        assert_eq!(
+            refusal.to_string(),
+            "the pod carries label gpu.cozystack.io/claims but no annotation gpu.cozystack.io/attachments: its VMI \
+             was not admitted by the GPU claims webhook"
+        );
+        pod.annotations.insert(keys::ANNOTATION_ATTACHMENTS.into(), "{".into());
+        let refusal = mutate_pod(&platform(), &pod).unwrap_err();
+        assert_eq!(refusal.reason(), "MalformedAttachments");
+        assert_eq!(refusal.code(), 422);
+    }
+}

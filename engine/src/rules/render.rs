@@ -104,3 +104,64 @@ fn raw_devices(gpus: &[GpuEntry]) -> Vec<GpuDevice> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::references::{ClaimTemplate, parse_entries};
+
+    fn entries(json: &str) -> Vec<GpuEntry> {
+        parse_entries(json).unwrap()
+    }
+
+    #[test]
+    fn raw_names_render_one_gpu_entry_each() {
+        let render = render_vm(&entries(r#"[{"name":"nvidia.com/GA102GL_A10"},{"name":"nvidia.com/GA102GL_A10"}]"#), false);
+        assert_eq!(
+            render,
+            Ok(VmRender::Raw(vec![
+                GpuDevice { name: "gpu0".into(), device_name: "nvidia.com/GA102GL_A10".into() },
+                GpuDevice { name: "gpu1".into(), device_name: "nvidia.com/GA102GL_A10".into() },
+            ]))
+        );
+    }
+
+    #[test]
+    fn references_render_only_as_the_annotation() {
+        let list = entries(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#);
+        assert_eq!(
+            render_vm(&list, true),
+            Ok(VmRender::References {
+                annotation: r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#.into()
+            })
+        );
+    }
+
+    #[test]
+    fn no_gpus_render_nothing() {
+        assert_eq!(render_vm(&[], false), Ok(VmRender::Nothing));
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let mixed = entries(r#"[{"name":"nvidia.com/GA102GL_A10"},{"claim":"train-a"}]"#);
+        assert_eq!(render_vm(&mixed, true), Err(RenderRefusal::MixedList));
+        let held = entries(r#"[{"claim":"train-a"}]"#);
+        let refusal = render_vm(&held, false).unwrap_err();
+        assert_eq!(refusal, RenderRefusal::ClaimsDisabled);
+        assert_eq!(
+            refusal.to_string(),
+            r#"gpus lists claim references but GPU claims are not enabled on this cluster (_cluster.gpu-claims-enabled is not "true")"#
+        );
+        let zero = [GpuEntry::ClaimTemplate(ClaimTemplate { class: "h100".into(), count: 0 })];
+        assert_eq!(render_vm(&zero, true), Err(RenderRefusal::CountNotPositive { index: 0 }));
+        let empty = [GpuEntry::Claim(String::new())];
+        assert_eq!(render_vm(&empty, true).unwrap_err().to_string(), "gpus[0] has an empty name, claim or class");
+    }
+
+    #[test]
+    fn an_entry_with_two_kinds_does_not_parse() {
+        assert!(parse_entries(r#"[{"name":"a","claim":"b"}]"#).is_err());
+        assert!(parse_entries(r#"[{"claimTemplate":{"class":"h100","count":1,"extra":1}}]"#).is_err());
+    }
+}

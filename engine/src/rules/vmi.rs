@@ -273,3 +273,214 @@ fn unit_devices(view: &View, attachments: &[Attachment]) -> Result<Vec<GpuDevice
     }
     Ok(gpus)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::convert::vmi_from_json;
+    use crate::fixtures::{self, platform};
+    use crate::references::parse_attachments;
+
+    const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+
+    fn vmi(references: &str) -> Vmi {
+        vmi_from_json(&fixtures::vmi_json("tenant-a", "vm-1", references), "tenant-a").unwrap()
+    }
+
+    fn refused(references: &str) -> VmiRefusal {
+        admit_vmi(&platform(), &vmi(references)).unwrap_err()
+    }
+
+    #[test]
+    fn held_and_template_references_record_attachments_and_one_gpu_per_unit() {
+        let patch = admit_vmi(&platform(), &vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#))
+            .unwrap();
+        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            attachments,
+            vec![Attachment::held("train-a", "uid-tenant-a-train-a", "h100", 1), Attachment::template(0, "h100", 2)]
+        );
+        assert_eq!(
+            patch.attachments.as_deref(),
+            Some(r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#)
+        );
+        let names: Vec<_> = patch.gpus.as_ref().unwrap().iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["gpuclaim-0", "gpuclaim-1", "gpuclaim-2"]);
+        assert!(patch.gpus.unwrap().iter().all(|g| g.device_name == H100));
+    }
+
+    #[test]
+    fn template_indexes_count_templates_only() {
+        let patch = admit_vmi(
+            &platform(),
+            &vmi(r#"[{"claimTemplate":{"class":"h100","count":1}},{"claim":"train-a"},{"claimTemplate":{"class":"a100-40c","count":1}}]"#),
+        )
+        .unwrap();
+        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        assert_eq!(attachments[0].template, Some(0));
+        assert_eq!(attachments[2].template, Some(1));
+        let devices: Vec<_> = patch.gpus.unwrap().into_iter().map(|g| g.device_name).collect();
+        assert_eq!(devices, [H100, H100, "nvidia.com/A100-40C"]);
+    }
+
+    #[test]
+    fn a_vmi_without_the_claims_label_is_left_alone() {
+        let mut v = vmi(r#"[{"claim":"nope"}]"#);
+        v.labels.remove(keys::LABEL_CLAIMS);
+        assert_eq!(admit_vmi(&platform(), &v), Ok(VmiPatch::default()));
+    }
+
+    #[test]
+    fn admitting_the_admitted_vmi_again_changes_nothing() {
+        let mut v = vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#);
+        let patch = admit_vmi(&platform(), &v).unwrap();
+        patch.apply(&mut v);
+        assert_eq!(admit_vmi(&platform(), &v), Ok(VmiPatch::default()));
+    }
+
+    #[test]
+    fn a_forged_attachments_annotation_is_overwritten() {
+        let mut v = vmi(r#"[{"claim":"train-a"}]"#);
+        v.annotations.insert(keys::ANNOTATION_ATTACHMENTS.into(), r#"[{"claim":"x","class":"h100","count":9}]"#.into());
+        let patch = admit_vmi(&platform(), &v).unwrap();
+        assert!(patch.attachments.unwrap().contains("train-a"));
+    }
+
+    #[test]
+    fn capacity_and_budget_are_never_judged_here() {
+        // No free units published and a budget of 8 already spent: still admitted, the pod waits at its gate.
+        let mut view = platform();
+        let mut h100 = view.class("h100").unwrap().clone();
+        h100.published = Default::default();
+        view.upsert_class(h100);
+        view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 0)].into());
+        assert!(admit_vmi(&view, &vmi(r#"[{"claimTemplate":{"class":"h100","count":8}}]"#)).is_ok());
+    }
+
+    #[test]
+    fn the_previous_run_of_the_same_vm_does_not_hold_its_claim() {
+        let mut view = platform();
+        view.upsert_claim(fixtures::attached(fixtures::held_claim("tenant-a", "mine", "h100", 1), "gpu-1", "vm-1"));
+        assert!(admit_vmi(&view, &vmi(r#"[{"claim":"mine"}]"#)).is_ok());
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let cases: Vec<(&str, VmiRefusal, &str)> = vec![
+            (
+                r#"[{"claim":"ghost"}]"#,
+                VmiRefusal::UnknownClaim { claim: "ghost".into() },
+                r#"GPU claim "ghost" does not exist in this namespace"#,
+            ),
+            (
+                r#"[{"claim":"busy"}]"#,
+                VmiRefusal::ClaimInUse { claim: "busy".into(), vmi: "other".into() },
+                r#"GPU claim "busy" is in use by VMI "other""#,
+            ),
+            (
+                r#"[{"claim":"train-a"},{"claim":"train-b"}]"#,
+                VmiRefusal::HeldClaimsOnDifferentNodes {
+                    first: "train-a".into(),
+                    first_node: "gpu-1".into(),
+                    second: "train-b".into(),
+                    second_node: "gpu-2".into(),
+                },
+                r#"held GPU claims "train-a" (node "gpu-1") and "train-b" (node "gpu-2") are bound to different nodes; a VM's claims must share one node"#,
+            ),
+            (
+                r#"[{"claimTemplate":{"class":"h100","count":9}}]"#,
+                VmiRefusal::CountOverMax { class: "h100".into(), count: 9, max: 8 },
+                r#"claim template orders 9 units of class "h100", more than its maxCount 8"#,
+            ),
+            (
+                r#"[{"claimTemplate":{"class":"h100","count":0}}]"#,
+                VmiRefusal::CountNotPositive { class: "h100".into() },
+                r#"claim template of class "h100" must order at least 1 unit"#,
+            ),
+            (
+                r#"[{"claimTemplate":{"class":"l40","count":1}}]"#,
+                VmiRefusal::UnknownClass { class: "l40".into() },
+                r#"GPU class "l40" does not exist"#,
+            ),
+            (
+                r#"[{"claim":"train-a"},{"name":"nvidia.com/GA102GL_A10"}]"#,
+                VmiRefusal::MixedList,
+                "the VMI lists raw GPUs and claim references together; use one or the other",
+            ),
+            (
+                r#"[{"claim":"train-a"},{"claim":"train-a"}]"#,
+                VmiRefusal::DuplicateClaim { claim: "train-a".into() },
+                r#"GPU claim "train-a" is referenced more than once"#,
+            ),
+            ("[]", VmiRefusal::NoReferences, "annotation gpu.cozystack.io/claims lists no claim references"),
+        ];
+        for (references, refusal, message) in cases {
+            let got = refused(references);
+            assert_eq!(got, refusal, "{references}");
+            assert_eq!(got.to_string(), message);
+            assert_eq!(got.code(), 403);
+        }
+    }
+
+    #[test]
+    fn raw_gpus_on_a_vmi_with_references_are_a_mixed_list() {
+        let mut object = fixtures::vmi_json("tenant-a", "vm-1", r#"[{"claim":"train-a"}]"#);
+        object["spec"]["domain"]["devices"]["gpus"] = json!([{"name": "gpu0", "deviceName": "nvidia.com/GA102GL_A10"}]);
+        let v = vmi_from_json(&object, "tenant-a").unwrap();
+        assert_eq!(admit_vmi(&platform(), &v), Err(VmiRefusal::MixedList));
+    }
+
+    #[test]
+    fn template_claims_and_deleting_claims_cannot_be_referenced() {
+        let mut view = platform();
+        let mut template = fixtures::held_claim("tenant-a", "vm-9-0", "h100", 1);
+        template.template = true;
+        view.upsert_claim(template);
+        let mut deleting = fixtures::held_claim("tenant-a", "old", "h100", 1);
+        deleting.deleting = true;
+        view.upsert_claim(deleting);
+        assert_eq!(
+            admit_vmi(&view, &vmi(r#"[{"claim":"vm-9-0"}]"#)),
+            Err(VmiRefusal::TemplateClaimReferenced { claim: "vm-9-0".into() })
+        );
+        assert_eq!(admit_vmi(&view, &vmi(r#"[{"claim":"old"}]"#)), Err(VmiRefusal::ClaimDeleting { claim: "old".into() }));
+    }
+
+    #[test]
+    fn a_held_claim_of_a_deleted_class_is_refused() {
+        let mut view = platform();
+        view.remove_class("h100");
+        assert_eq!(
+            admit_vmi(&view, &vmi(r#"[{"claim":"train-a"}]"#)),
+            Err(VmiRefusal::UnknownClass { class: "h100".into() })
+        );
+    }
+
+    #[test]
+    fn unreadable_references_are_refused_as_invalid() {
+        let got = refused(r#"[{"claim":"a","name":"b"}]"#);
+        assert_eq!(got.reason(), "MalformedReferences");
+        assert_eq!(got.code(), 422);
+        let mut v = vmi("[]");
+        v.annotations.remove(keys::ANNOTATION_CLAIMS);
+        let got = admit_vmi(&platform(), &v).unwrap_err();
+        assert_eq!(
+            got.to_string(),
+            "annotation gpu.cozystack.io/claims cannot be read: the VMI carries label gpu.cozystack.io/claims but not the annotation"
+        );
+    }
+
+    #[test]
+    fn more_units_than_a_vmi_may_attach_are_refused() {
+        let mut view = platform();
+        let mut big = view.class("h100").unwrap().clone();
+        big.max_count = 100;
+        view.upsert_class(big);
+        assert_eq!(
+            admit_vmi(&view, &vmi(r#"[{"claimTemplate":{"class":"h100","count":65}}]"#)),
+            Err(VmiRefusal::TooManyUnits { units: 65 })
+        );
+    }
+}

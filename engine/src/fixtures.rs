@@ -1,0 +1,176 @@
+//! Realistic objects for tests, benchmarks and examples: classes, claims, and the launcher pods and VMIs KubeVirt
+//! creates, shaped as KubeVirt shapes them (labels, nodeSelector, host-model affinity term, default tolerations).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use serde_json::{Value, json};
+
+use crate::keys::{self, kubevirt};
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Published, View, VmiRef};
+
+/// The taint GPU nodes carry so only GPU workloads land there.
+pub fn gpu_toleration(resource_name: &str) -> Toleration {
+    Toleration {
+        key: Some(resource_name.to_owned()),
+        operator: Some("Exists".to_owned()),
+        effect: Some("NoSchedule".to_owned()),
+        ..Toleration::default()
+    }
+}
+
+/// A class whose nodes carry the taint `<resource>:NoSchedule`, with `largest_free_on_node` published.
+pub fn class(name: &str, resource_name: &str, mode: GpuMode, max_count: u32, largest_free_on_node: u64) -> Class {
+    Class {
+        name: name.to_owned(),
+        resource_name: resource_name.to_owned(),
+        mode,
+        max_count,
+        node_selector: BTreeMap::new(),
+        tolerations: vec![gpu_toleration(resource_name)],
+        live_migratable: mode == GpuMode::Vgpu,
+        published: Published {
+            allocatable_units: largest_free_on_node * 4,
+            free_units: largest_free_on_node * 2,
+            largest_free_on_node,
+        },
+    }
+}
+
+/// A held claim, Pending, with a uid derived from its name.
+pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim {
+    Claim {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{namespace}-{name}"),
+        class: class.to_owned(),
+        count,
+        template: false,
+        phase: ClaimPhase::Pending,
+        node: None,
+        attached_to: None,
+        deleting: false,
+    }
+}
+
+pub fn bound(mut claim: Claim, node: &str) -> Claim {
+    claim.phase = ClaimPhase::Bound;
+    claim.node = Some(node.to_owned());
+    claim
+}
+
+pub fn attached(claim: Claim, node: &str, vmi: &str) -> Claim {
+    let mut claim = bound(claim, node);
+    claim.phase = ClaimPhase::Attached;
+    claim.attached_to = Some(VmiRef { name: vmi.to_owned(), uid: format!("uid-vmi-{vmi}") });
+    claim
+}
+
+/// A small platform: classes `h100` (passthrough, max 8, 8 free on one node) and `a100-40c` (vGPU, max 1);
+/// tenant `tenant-a` (vGPU-entitled, budget 8 × h100) holding `train-a` (1 × h100 bound on gpu-1), `train-b`
+/// (1 × h100 bound on gpu-2) and `busy` (1 × h100 attached to VMI `other`); tenant `tenant-b` with no entitlement.
+pub fn platform() -> View {
+    let mut view = View::default();
+    view.upsert_class(class("h100", "nvidia.com/GH100_H100_SXM5_80GB", GpuMode::Passthrough, 8, 8));
+    view.upsert_class(class("a100-40c", "nvidia.com/A100-40C", GpuMode::Vgpu, 1, 4));
+    view.set_vgpu_entitled("tenant-a", true);
+    view.set_vgpu_entitled("tenant-b", false);
+    view.upsert_quota("tenant-a", "gpu-budget", BTreeMap::from([("h100".to_owned(), 8)]));
+    view.upsert_claim(bound(held_claim("tenant-a", "train-a", "h100", 1), "gpu-1"));
+    view.upsert_claim(bound(held_claim("tenant-a", "train-b", "h100", 1), "gpu-2"));
+    view.upsert_claim(attached(held_claim("tenant-a", "busy", "h100", 1), "gpu-1", "other"));
+    view
+}
+
+/// A VirtualMachineInstance as the VM render leaves it: references only as the claims label and annotation.
+pub fn vmi_json(namespace: &str, name: &str, references: &str) -> Value {
+    json!({
+        "apiVersion": kubevirt::API_VERSION,
+        "kind": kubevirt::KIND_VMI,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kubevirt.io/domain": name, keys::LABEL_CLAIMS: keys::TRUE},
+            "annotations": {keys::ANNOTATION_CLAIMS: references},
+            "ownerReferences": [{
+                "apiVersion": kubevirt::API_VERSION, "kind": "VirtualMachine", "name": name,
+                "uid": format!("uid-vm-{name}"), "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "domain": {
+                "cpu": {"cores": 4, "model": "host-model"},
+                "memory": {"guest": "16Gi"},
+                "devices": {
+                    "disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}],
+                    "interfaces": [{"name": "default", "masquerade": {}}]
+                },
+                "resources": {}
+            },
+            "networks": [{"name": "default", "pod": {}}],
+            "volumes": [{"name": "rootdisk", "dataVolume": {"name": format!("{name}-root")}}]
+        }
+    })
+}
+
+/// A virt-launcher pod as KubeVirt renders it for a VMI whose webhook recorded `attachments` (a JSON list); one
+/// GPU request per unit of `resource_name`.
+pub fn launcher_pod_json(namespace: &str, vmi: &str, attachments: &str, resource_name: &str, units: u32) -> Value {
+    let vmi_uid = format!("uid-vmi-{vmi}");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": format!("virt-launcher-{vmi}-"),
+            "namespace": namespace,
+            "labels": {
+                kubevirt::LABEL_APP: kubevirt::LAUNCHER,
+                kubevirt::LABEL_CREATED_BY: vmi_uid,
+                "vm.kubevirt.io/name": vmi,
+                "kubevirt.io/domain": vmi,
+                keys::LABEL_CLAIMS: keys::TRUE
+            },
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": "compute",
+                "kubevirt.io/domain": vmi,
+                "kubevirt.io/migrationTransportUnix": "true",
+                keys::ANNOTATION_CLAIMS: "[]",
+                keys::ANNOTATION_ATTACHMENTS: attachments
+            },
+            "ownerReferences": [{
+                "apiVersion": kubevirt::API_VERSION, "kind": kubevirt::KIND_VMI, "name": vmi, "uid": vmi_uid,
+                "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "compute",
+                "image": "quay.io/kubevirt/virt-launcher:v1.6.0",
+                "command": ["/usr/bin/virt-launcher-monitor", "--name", vmi, "--namespace", namespace],
+                "resources": {
+                    "requests": {
+                        "cpu": "4", "memory": "17Gi", "devices.kubevirt.io/kvm": "1",
+                        "devices.kubevirt.io/tun": "1", "devices.kubevirt.io/vhost-net": "1",
+                        resource_name: units.to_string()
+                    },
+                    "limits": {
+                        "devices.kubevirt.io/kvm": "1", "devices.kubevirt.io/tun": "1",
+                        "devices.kubevirt.io/vhost-net": "1", resource_name: units.to_string()
+                    }
+                }
+            }],
+            "nodeSelector": {kubevirt::LABEL_SCHEDULABLE: "true"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                "matchExpressions": [{"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}]
+            }]}}},
+            "readinessGates": [{"conditionType": "kubevirt.io/virtual-machine-unpaused"}],
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 60,
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ]
+        }
+    })
+}
