@@ -180,7 +180,10 @@ mod tests {
         view.upsert_class(h100);
         let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 4), "alice").unwrap_err();
         assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 4, largest_free_on_node: 3 });
-        assert_eq!(refusal.to_string(), r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#);
+        assert_eq!(
+            refusal.to_string(),
+            r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#
+        );
         assert_eq!(validate_order(&view, &held_claim("tenant-a", "new", "h100", 3), "alice"), Ok(()));
     }
 

@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn raw_names_render_one_gpu_entry_each() {
-        let render = render_vm(&entries(r#"[{"name":"nvidia.com/GA102GL_A10"},{"name":"nvidia.com/GA102GL_A10"}]"#), false);
+        let render =
+            render_vm(&entries(r#"[{"name":"nvidia.com/GA102GL_A10"},{"name":"nvidia.com/GA102GL_A10"}]"#), false);
         assert_eq!(
             render,
             Ok(VmRender::Raw(vec![

@@ -295,8 +295,9 @@ mod tests {
 
     #[test]
     fn held_and_template_references_record_attachments_and_one_gpu_per_unit() {
-        let patch = admit_vmi(&platform(), &vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#))
-            .unwrap();
+        let patch =
+            admit_vmi(&platform(), &vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#))
+                .unwrap();
         let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
         assert_eq!(
             attachments,
@@ -304,7 +305,9 @@ mod tests {
         );
         assert_eq!(
             patch.attachments.as_deref(),
-            Some(r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#)
+            Some(
+                r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#
+            )
         );
         let names: Vec<_> = patch.gpus.as_ref().unwrap().iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["gpuclaim-0", "gpuclaim-1", "gpuclaim-2"]);
@@ -445,7 +448,10 @@ mod tests {
             admit_vmi(&view, &vmi(r#"[{"claim":"vm-9-0"}]"#)),
             Err(VmiRefusal::TemplateClaimReferenced { claim: "vm-9-0".into() })
         );
-        assert_eq!(admit_vmi(&view, &vmi(r#"[{"claim":"old"}]"#)), Err(VmiRefusal::ClaimDeleting { claim: "old".into() }));
+        assert_eq!(
+            admit_vmi(&view, &vmi(r#"[{"claim":"old"}]"#)),
+            Err(VmiRefusal::ClaimDeleting { claim: "old".into() })
+        );
     }
 
     #[test]
