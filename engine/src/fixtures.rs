@@ -174,3 +174,27 @@ pub fn launcher_pod_json(namespace: &str, vmi: &str, attachments: &str, resource
         }
     })
 }
+
+/// A large platform for benchmarks: four classes, `claims` held claims spread over 20 claims per namespace and
+/// bound round-robin to `nodes` nodes, every tenant entitled with a budget that still has room.
+pub fn world(nodes: usize, claims: usize) -> View {
+    let mut view = platform();
+    for (name, resource, mode) in [
+        ("l40s", "nvidia.com/AD102GL_L40S", GpuMode::Passthrough),
+        ("a10-12q", "nvidia.com/NVIDIA_A10-12Q", GpuMode::Vgpu),
+    ] {
+        view.upsert_class(class(name, resource, mode, 8, 8));
+    }
+    let classes = ["h100", "a100-40c", "l40s", "a10-12q"];
+    for i in 0..claims {
+        let namespace = format!("tenant-{:04}", i / 20);
+        if i % 20 == 0 {
+            view.set_vgpu_entitled(&namespace, true);
+            let budgets = classes.iter().map(|c| ((*c).to_owned(), 64)).collect();
+            view.upsert_quota(&namespace, "gpu-budget", budgets);
+        }
+        let claim = held_claim(&namespace, &format!("claim-{i}"), classes[i % classes.len()], 1);
+        view.upsert_claim(bound(claim, &format!("gpu-node-{:04}", i % nodes.max(1))));
+    }
+    view
+}
