@@ -193,3 +193,63 @@ fn object_name(kind: &str, value: &Value) -> String {
 fn error(document: usize, object: Option<String>, field: impl Into<String>, reason: impl Into<String>) -> ObjectsError {
     ObjectsError { document, object, field: field.into(), reason: reason.into() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLASS: &str = "apiVersion: gpu.cozystack.io/v1alpha1\nkind: GPUClass\nmetadata: {name: h100}\n\
+                         spec: {resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}\n";
+
+    #[test]
+    fn documents_and_list_items_fill_the_view() {
+        let text = format!(
+            "{CLASS}---\n---\napiVersion: v1\nkind: List\nitems:\n\
+             - {{apiVersion: v1, kind: Namespace, metadata: {{name: t, labels: {{gpu.cozystack.io/vgpu-entitled: 'true'}}}}}}\n\
+             - {{apiVersion: v1, kind: ResourceQuota, metadata: {{name: q, namespace: t}}, spec: {{hard: {{requests.gpu.cozystack.io/h100: '2'}}}}}}\n\
+             - {{apiVersion: gpu.cozystack.io/v1alpha1, kind: GPUClaim, metadata: {{name: c, namespace: t}}, spec: {{className: h100, count: 1}}}}\n\
+             - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: gpu-claims-settings, namespace: cozy-gpu}}, data: {{templateClaimCreator: 'system:serviceaccount:cozy-gpu:gpuclaim'}}}}\n"
+        );
+        let objects = load_objects(&text).unwrap();
+        let view = &objects.view;
+        assert_eq!(view.class("h100").unwrap().max_count, 8);
+        let tenant = view.tenant("t").unwrap();
+        assert!(tenant.vgpu_entitled);
+        assert_eq!((tenant.budget("h100"), tenant.units_used("h100")), (Some(2), 1));
+        assert_eq!(view.settings.template_claim_creator.as_deref(), Some("system:serviceaccount:cozy-gpu:gpuclaim"));
+        assert_eq!(objects.counts.values().sum::<usize>(), 5);
+    }
+
+    #[test]
+    fn an_unknown_kind_names_the_document_and_the_kinds_expected() {
+        let text =
+            format!("{CLASS}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: t}}\n");
+        let error = load_objects(&text).unwrap_err();
+        assert_eq!(
+            (error.document, error.object.as_deref(), error.field.as_str()),
+            (2, Some("Deployment t/web"), "kind")
+        );
+        assert!(error.to_string().starts_with(
+            "document 2 (Deployment t/web): field kind: unknown kind \"Deployment\" of apiVersion \"apps/v1\""
+        ));
+    }
+
+    #[test]
+    fn a_missing_field_names_its_path() {
+        let error = load_objects(&CLASS.replace(", maxCount: 8", "")).unwrap_err();
+        assert_eq!(error.to_string(), "document 1 (GPUClass h100): field spec.maxCount: missing field `maxCount`");
+        let error = load_objects("apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap_err();
+        assert_eq!(error.to_string(), "document 1 (Namespace <unnamed>): field metadata.name: missing");
+        let error = load_objects("kind: Namespace\n").unwrap_err();
+        assert_eq!(error.to_string(), "document 1: field apiVersion: missing");
+    }
+
+    #[test]
+    fn bad_yaml_names_the_document_and_the_line() {
+        let error = load_objects(&format!("{CLASS}---\nkind: [unclosed\n")).unwrap_err();
+        assert_eq!((error.document, error.field.as_str()), (2, "(document)"));
+        assert!(error.reason.contains("line"), "{}", error.reason);
+        let error = load_objects("- just\n- a list\n").unwrap_err();
+        assert_eq!(error.to_string(), "document 1: field (document): must be a Kubernetes object (a map)");
+    }
+}

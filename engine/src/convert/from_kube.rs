@@ -29,8 +29,16 @@ impl ConvertError {
 pub fn typed<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, ConvertError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { "(object)".to_owned() } else { path };
-        ConvertError::new(field, e.into_inner().to_string())
+        let reason = e.into_inner().to_string();
+        // serde names a missing field in its message, at the path of the map that lacks it: name it in the path.
+        let missing = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => name.to_owned(),
+            (_, Some(name)) => format!("{path}.{name}"),
+            (".", None) => "(object)".to_owned(),
+            (_, None) => path,
+        };
+        ConvertError::new(field, reason)
     })
 }
 
@@ -177,4 +185,45 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
             .map(|g| GpuDevice { name: g.name, device_name: g.device_name })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_field_is_named_by_its_whole_path() {
+        let claim = json!({"apiVersion": "gpu.cozystack.io/v1alpha1", "kind": "GPUClaim",
+            "metadata": {"name": "a"}, "spec": {"className": "h100"}});
+        let error = typed::<GPUClaim>(&claim).unwrap_err();
+        assert_eq!(error, ConvertError::new("spec.count", "missing field `count`"));
+        let error = typed::<GPUClaim>(&json!({"metadata": {"name": "a"}})).unwrap_err();
+        assert_eq!(error.field, "spec");
+    }
+
+    #[test]
+    fn a_wrong_type_is_named_by_its_path() {
+        let claim = json!({"metadata": {"name": "a"}, "spec": {"className": "h100", "count": "two"}});
+        let error = typed::<GPUClaim>(&claim).unwrap_err();
+        assert_eq!(error.field, "spec.count");
+        assert!(error.reason.starts_with("invalid type: string \"two\""), "{}", error.reason);
+    }
+
+    #[test]
+    fn quota_budgets_read_whole_units_and_refuse_fractions() {
+        let quota: ResourceQuota = serde_json::from_value(json!({"metadata": {"name": "q"}, "spec": {"hard": {
+            "requests.gpu.cozystack.io/h100": "4", "requests.gpu.cozystack.io/l40s": "1k", "requests.cpu": "10"}}}))
+        .unwrap();
+        assert_eq!(quota_budgets(&quota).unwrap(), BTreeMap::from([("h100".into(), 4), ("l40s".into(), 1000)]));
+        let quota: ResourceQuota = serde_json::from_value(
+            json!({"metadata": {"name": "q"}, "spec": {"hard": {"requests.gpu.cozystack.io/h100": "1500m"}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            quota_budgets(&quota).unwrap_err().to_string(),
+            "field spec.hard[requests.gpu.cozystack.io/h100]: \"1500m\" is not a whole number of units"
+        );
+    }
 }
