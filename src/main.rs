@@ -26,9 +26,15 @@ enum Command {
         /// An admission.k8s.io/v1 AdmissionReview (JSON or YAML); `-` or nothing reads standard input.
         #[arg(value_name = "REVIEW")]
         review: Option<PathBuf>,
+        /// The controller's namespace: the settings ConfigMap is read from there only.
+        #[arg(long, value_name = "NAMESPACE", default_value = gpuclaim_engine::keys::DEFAULT_CONTROLLER_NAMESPACE)]
+        controller_namespace: String,
         /// Indent the response (the live webhook sends it compact).
         #[arg(long)]
         pretty: bool,
+        /// Also print the decoded JSON patch, for people, on standard error.
+        #[arg(long)]
+        show_patch: bool,
     },
     /// Prints the CRDs generated from the Rust types.
     Crds,
@@ -47,8 +53,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Review { objects, review, pretty } => {
-            let options = review_cmd::Options { objects, review, pretty };
+        Command::Review { objects, review, controller_namespace, pretty, show_patch } => {
+            let options = review_cmd::Options { objects, review, controller_namespace, pretty, show_patch };
             review_cmd::run(&options)?;
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),

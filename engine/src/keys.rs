@@ -35,6 +35,8 @@ pub const QUOTA_KEY_PREFIX: &str = "requests.gpu.cozystack.io/";
 pub const LABEL_VGPU_ENTITLED: &str = "gpu.cozystack.io/vgpu-entitled";
 /// The settings ConfigMap in the controller's namespace: the policies' parameters.
 pub const SETTINGS_CONFIGMAP: &str = "gpu-claims-settings";
+/// The namespace the chart installs the controller in, unless told otherwise; the settings ConfigMap lives there.
+pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "cozy-gpuclaim";
 /// Settings key: the user (`system:serviceaccount:<ns>:<name>`) allowed to create template claims.
 pub const SETTINGS_TEMPLATE_CLAIM_CREATOR: &str = "templateClaimCreator";
 /// The platform's cluster-wide values block, and the switch in it that enables claim references in the VM render.

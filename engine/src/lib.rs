@@ -13,7 +13,7 @@
 //! metadata: {name: h100}
 //! spec: {resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}
 //! status: {allocatableUnits: 8, freeUnits: 8, largestFreeOnNode: 8}
-//! "#).unwrap();
+//! "#, "cozy-gpuclaim").unwrap();
 //! let review = serde_json::json!({
 //!     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
 //!     "request": {

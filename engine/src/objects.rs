@@ -80,8 +80,9 @@ pub struct Objects {
     pub counts: BTreeMap<Kind, usize>,
 }
 
-/// Parses multi-document YAML (or JSON) manifests into a view. `kind: List` documents are unpacked.
-pub fn load_objects(text: &str) -> Result<Objects, ObjectsError> {
+/// Parses multi-document YAML (or JSON) manifests into a view. `kind: List` documents are unpacked. The settings
+/// ConfigMap is read from `controller_namespace` only: one of that name elsewhere is a tenant's, not ours.
+pub fn load_objects(text: &str, controller_namespace: &str) -> Result<Objects, ObjectsError> {
     let mut objects = Objects::default();
     let mut document = 0;
     for yaml in serde_yaml_ng::Deserializer::from_str(text) {
@@ -103,7 +104,7 @@ pub fn load_objects(text: &str) -> Result<Objects, ObjectsError> {
             if document > DOCUMENTS_MAX {
                 return Err(error(document, None, "(document)", format!("more than {DOCUMENTS_MAX} documents")));
             }
-            let kind = add_object(&mut objects.view, &item, document)?;
+            let kind = add_object(&mut objects.view, &item, document, controller_namespace)?;
             *objects.counts.entry(kind).or_insert(0) += 1;
         }
     }
@@ -121,7 +122,12 @@ fn list_items(list: Value, document: usize) -> Result<Vec<Value>, ObjectsError> 
     }
 }
 
-fn add_object(view: &mut View, value: &Value, document: usize) -> Result<Kind, ObjectsError> {
+fn add_object(
+    view: &mut View,
+    value: &Value,
+    document: usize,
+    controller_namespace: &str,
+) -> Result<Kind, ObjectsError> {
     if !value.is_object() {
         return Err(error(document, None, "(document)", "must be a Kubernetes object (a map)"));
     }
@@ -167,7 +173,7 @@ fn add_object(view: &mut View, value: &Value, document: usize) -> Result<Kind, O
         }
         Kind::ConfigMap => {
             let config: ConfigMap = typed(value).map_err(wrap)?;
-            if config.metadata.name.as_deref() == Some(keys::SETTINGS_CONFIGMAP) {
+            if config.metadata.name.as_deref() == Some(keys::SETTINGS_CONFIGMAP) && namespace == controller_namespace {
                 view.settings = convert::settings_from_kube(&config);
             }
         }
@@ -198,6 +204,12 @@ fn error(document: usize, object: Option<String>, field: impl Into<String>, reas
 mod tests {
     use super::*;
 
+    const NS: &str = "cozy-gpu";
+
+    fn load_objects_in(text: &str) -> Result<Objects, ObjectsError> {
+        load_objects(text, NS)
+    }
+
     const CLASS: &str = "apiVersion: gpu.cozystack.io/v1alpha1\nkind: GPUClass\nmetadata: {name: h100}\n\
                          spec: {resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}\n";
 
@@ -210,7 +222,7 @@ mod tests {
              - {{apiVersion: gpu.cozystack.io/v1alpha1, kind: GPUClaim, metadata: {{name: c, namespace: t}}, spec: {{className: h100, count: 1}}}}\n\
              - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: gpu-claims-settings, namespace: cozy-gpu}}, data: {{templateClaimCreator: 'system:serviceaccount:cozy-gpu:gpuclaim'}}}}\n"
         );
-        let objects = load_objects(&text).unwrap();
+        let objects = load_objects(&text, NS).unwrap();
         let view = &objects.view;
         assert_eq!(view.class("h100").unwrap().max_count, 8);
         let tenant = view.tenant("t").unwrap();
@@ -218,13 +230,16 @@ mod tests {
         assert_eq!((tenant.budget("h100"), tenant.units_used("h100")), (Some(2), 1));
         assert_eq!(view.settings.template_claim_creator.as_deref(), Some("system:serviceaccount:cozy-gpu:gpuclaim"));
         assert_eq!(objects.counts.values().sum::<usize>(), 5);
+        // The same ConfigMap in a tenant's namespace is not the settings.
+        let tenant_settings = text.replace("namespace: cozy-gpu", "namespace: t");
+        assert_eq!(load_objects(&tenant_settings, NS).unwrap().view.settings, Default::default());
     }
 
     #[test]
     fn an_unknown_kind_names_the_document_and_the_kinds_expected() {
         let text =
             format!("{CLASS}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: t}}\n");
-        let error = load_objects(&text).unwrap_err();
+        let error = load_objects(&text, NS).unwrap_err();
         assert_eq!(
             (error.document, error.object.as_deref(), error.field.as_str()),
             (2, Some("Deployment t/web"), "kind")
@@ -236,20 +251,20 @@ mod tests {
 
     #[test]
     fn a_missing_field_names_its_path() {
-        let error = load_objects(&CLASS.replace(", maxCount: 8", "")).unwrap_err();
+        let error = load_objects_in(&CLASS.replace(", maxCount: 8", "")).unwrap_err();
         assert_eq!(error.to_string(), "document 1 (GPUClass h100): field spec.maxCount: missing field `maxCount`");
-        let error = load_objects("apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap_err();
+        let error = load_objects_in("apiVersion: v1\nkind: Namespace\nmetadata: {}\n").unwrap_err();
         assert_eq!(error.to_string(), "document 1 (Namespace <unnamed>): field metadata.name: missing");
-        let error = load_objects("kind: Namespace\n").unwrap_err();
+        let error = load_objects_in("kind: Namespace\n").unwrap_err();
         assert_eq!(error.to_string(), "document 1: field apiVersion: missing");
     }
 
     #[test]
     fn bad_yaml_names_the_document_and_the_line() {
-        let error = load_objects(&format!("{CLASS}---\nkind: [unclosed\n")).unwrap_err();
+        let error = load_objects_in(&format!("{CLASS}---\nkind: [unclosed\n")).unwrap_err();
         assert_eq!((error.document, error.field.as_str()), (2, "(document)"));
         assert!(error.reason.contains("line"), "{}", error.reason);
-        let error = load_objects("- just\n- a list\n").unwrap_err();
+        let error = load_objects_in("- just\n- a list\n").unwrap_err();
         assert_eq!(error.to_string(), "document 1: field (document): must be a Kubernetes object (a map)");
     }
 }

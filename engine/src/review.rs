@@ -4,8 +4,10 @@
 
 use std::fmt;
 
-use kube_core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube_core::{DynamicObject, GroupVersionKind};
+use base64::Engine;
+use kube_core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube_core::response::StatusSummary;
+use kube_core::{DynamicObject, GroupVersionKind, TypeMeta};
 use serde_json::Value;
 
 use crate::api::GPUClaim;
@@ -88,14 +90,27 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// Parses an AdmissionReview from JSON.
+/// Parses the request of an AdmissionReview (JSON). Only `apiVersion`, `kind` and `request` are read: a review
+/// that carries a response instead (or besides) is judged by its request alone.
 pub fn parse_review(review: &Value) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
-    let review: AdmissionReview<DynamicObject> = convert::typed(review)
-        .map_err(|e| ReviewError::Malformed { field: e.field.trim_start_matches('.').to_owned(), reason: e.reason })?;
-    if review.request.is_none() {
-        return Err(ReviewError::NoRequest);
+    let Some(envelope) = review.as_object() else {
+        let reason = if review.is_null() { "the review is empty" } else { "must be an AdmissionReview object" };
+        return Err(ReviewError::Malformed { field: "(review)".to_owned(), reason: reason.to_owned() });
+    };
+    let text = |field: &str| envelope.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    if kind != "AdmissionReview" || !api_version.starts_with("admission.k8s.io/") {
+        return Err(ReviewError::Malformed {
+            field: "apiVersion/kind".to_owned(),
+            reason: format!("expected admission.k8s.io/v1 AdmissionReview, got {api_version:?} {kind:?}"),
+        });
     }
-    review.try_into().map_err(|_| ReviewError::NoRequest)
+    let request = envelope.get("request").filter(|r| !r.is_null()).ok_or(ReviewError::NoRequest)?;
+    let mut request: AdmissionRequest<DynamicObject> = convert::typed(request)
+        .map_err(|e| ReviewError::Malformed { field: format!("request.{}", e.field), reason: e.reason })?;
+    // The response echoes the review's version, as the API server expects.
+    request.types = TypeMeta { api_version, kind };
+    Ok(request)
 }
 
 /// Answers one request against `view`. Only CREATE is decided: the webhook configurations register nothing else,
@@ -159,6 +174,7 @@ fn refusal<R: Refusal>(refusal: R) -> Denial {
 impl Denial {
     fn into_response(self, allowed: AdmissionResponse) -> AdmissionResponse {
         let mut response = allowed.deny(self.message);
+        response.result.status = Some(StatusSummary::Failure);
         response.result.code = self.code;
         response.result.reason = match self.code {
             422 => "Invalid".to_owned(),
@@ -174,6 +190,12 @@ impl Denial {
 pub fn answer_review(view: &View, review: &Value) -> Result<(Value, Outcome), ReviewError> {
     let request = parse_review(review)?;
     let (response, outcome) = answer(view, &request)?;
-    let review = response.into_review();
-    Ok((serde_json::to_value(&review).expect("a review always serializes"), outcome))
+    let mut review = serde_json::to_value(response.into_review()).expect("a review always serializes");
+    // admission.k8s.io/v1 carries the patch as base64 (Go's []byte); kube-core serializes the bytes as a number
+    // list, so encode it here, where both the CLI and the HTTPS server pass.
+    if let Some(patch) = review.pointer_mut("/response/patch") {
+        let bytes: Vec<u8> = serde_json::from_value(patch.take()).expect("the patch is a byte list");
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok((review, outcome))
 }

@@ -13,6 +13,9 @@ pub enum OrderRefusal {
     TemplateMarkForbidden {
         user: String,
     },
+    /// The template mark while no settings name the controller: refused, as the tamper policy refuses without its
+    /// parameter.
+    SettingsMissing,
     ClassMissing {
         class: String,
     },
@@ -47,6 +50,13 @@ impl fmt::Display for OrderRefusal {
                 "label {} is reserved for the GPU controller; {user:?} may not set it",
                 keys::LABEL_TEMPLATE_CLAIM
             ),
+            SettingsMissing => write!(
+                f,
+                "label {} is reserved for the GPU controller, and no settings ConfigMap {} names it ({})",
+                keys::LABEL_TEMPLATE_CLAIM,
+                keys::SETTINGS_CONFIGMAP,
+                keys::SETTINGS_TEMPLATE_CLAIM_CREATOR
+            ),
             ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
             CountNotPositive => write!(f, "spec.count must be at least 1"),
             CountOverMax { class, count, max } => {
@@ -77,6 +87,7 @@ impl Refusal for OrderRefusal {
         use OrderRefusal::*;
         match self {
             TemplateMarkForbidden { .. } => "TemplateMarkForbidden",
+            SettingsMissing => "SettingsMissing",
             ClassMissing { .. } => "ClassMissing",
             CountNotPositive => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
@@ -89,17 +100,19 @@ impl Refusal for OrderRefusal {
 
 /// The order webhook: refuses a tenant's claim that cannot be met now, checking in this order: class exists,
 /// count ≤ maxCount, count ≤ the published free units on one node, budget, vGPU entitlement. Template claims skip
-/// it (the controller checks their budget when it creates them); `requester` is the user creating the claim.
+/// it (the controller checks their budget when it creates them) when the settings name `requester`, the user
+/// creating the claim, as their creator.
 ///
 /// The budget counts every claim of the class in the namespace, held and template, in any phase: like a
 /// ResourceQuota it counts what has been ordered, not what has been placed.
 pub fn validate_order(view: &View, claim: &Claim, requester: &str) -> Result<(), OrderRefusal> {
     if claim.template {
         return match view.settings.template_claim_creator.as_deref() {
+            None => Err(OrderRefusal::SettingsMissing),
             Some(creator) if creator != requester => {
                 Err(OrderRefusal::TemplateMarkForbidden { user: requester.to_owned() })
             }
-            _ => Ok(()),
+            Some(_) => Ok(()),
         };
     }
     let class = view.class(&claim.class).ok_or_else(|| OrderRefusal::ClassMissing { class: claim.class.clone() })?;
@@ -224,7 +237,13 @@ mod tests {
         let mut view = platform();
         let mut template = held_claim("tenant-b", "vm-1-0", "a100-40c", 99);
         template.template = true;
-        assert_eq!(validate_order(&view, &template, "alice"), Ok(()), "no creator configured: the policy guards");
+        let refusal = validate_order(&view, &template, "system:serviceaccount:cozy-gpu:gpuclaim").unwrap_err();
+        assert_eq!(refusal, OrderRefusal::SettingsMissing, "no creator configured: closed");
+        assert_eq!(
+            refusal.to_string(),
+            "label gpu.cozystack.io/template-claim is reserved for the GPU controller, and no settings ConfigMap \
+             gpu-claims-settings names it (templateClaimCreator)"
+        );
         view.settings.template_claim_creator = Some("system:serviceaccount:cozy-gpu:gpuclaim".into());
         assert_eq!(validate_order(&view, &template, "system:serviceaccount:cozy-gpu:gpuclaim"), Ok(()));
         let refusal = validate_order(&view, &template, "alice").unwrap_err();
