@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 
 use crate::keys::{self, kubevirt};
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Published, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Node, Published, View, VmiRef};
 
 /// The taint GPU nodes carry so only GPU workloads land there.
 pub fn gpu_toleration(resource_name: &str) -> Toleration {
@@ -34,6 +34,7 @@ pub fn class(name: &str, resource_name: &str, mode: GpuMode, max_count: u32, lar
             free_units: largest_free_on_node * 2,
             largest_free_on_node,
         },
+        resource_version: "1".to_owned(),
     }
 }
 
@@ -43,13 +44,11 @@ pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         uid: format!("uid-{namespace}-{name}"),
+        resource_version: "1".to_owned(),
         class: class.to_owned(),
         count,
-        template: false,
-        phase: ClaimPhase::Pending,
-        node: None,
-        attached_to: None,
-        deleting: false,
+        finalizer: true,
+        ..Claim::default()
     }
 }
 
@@ -197,4 +196,27 @@ pub fn world(nodes: usize, claims: usize) -> View {
         view.upsert_claim(bound(claim, &format!("gpu-node-{:04}", i % nodes.max(1))));
     }
     view
+}
+
+/// A Ready GPU node with `units` devices of `resource_name`, 64 CPUs and 512 GiB, tainted `<resource>:NoSchedule`.
+pub fn gpu_node(name: &str, resource_name: &str, units: u64) -> Node {
+    Node {
+        name: name.to_owned(),
+        resource_version: "1".to_owned(),
+        labels: BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+            (kubevirt::LABEL_SCHEDULABLE.to_owned(), "true".to_owned()),
+        ]),
+        taints: vec![k8s_openapi::api::core::v1::Taint {
+            key: resource_name.to_owned(),
+            value: None,
+            effect: "NoSchedule".to_owned(),
+            time_added: None,
+        }],
+        unschedulable: false,
+        ready: true,
+        cpu_millis: 64_000,
+        memory_bytes: 512 << 30,
+        devices: BTreeMap::from([(resource_name.to_owned(), units)]),
+    }
 }

@@ -25,6 +25,10 @@ pub const ANNOTATION_CLAIMS: &str = "gpu.cozystack.io/claims";
 /// Annotation the VMI webhook writes: the resolved set (JSON list of attachments). KubeVirt copies VMI annotations
 /// onto the launcher pod, so the pod webhook reads the classes from there without a VMI cache.
 pub const ANNOTATION_ATTACHMENTS: &str = "gpu.cozystack.io/attachments";
+/// Condition type on a claim: False with a reason while it waits for a node (BudgetExceeded, NoCapacity, ...).
+pub const CONDITION_BOUND: &str = "Bound";
+/// Condition type on a gated pod: False with a reason naming what does not fit yet.
+pub const CONDITION_PLACEMENT: &str = "gpu.cozystack.io/Placement";
 /// Finalizer that keeps an attached claim until its VMI ends.
 pub const FINALIZER_RELEASE: &str = "gpu.cozystack.io/release";
 /// Scheduling gate the pod webhook adds and the controller removes when it pins the pod.

@@ -37,6 +37,8 @@ pub mod fixtures;
 pub mod keys;
 pub mod model;
 pub mod objects;
+pub mod quantity;
 pub mod references;
 pub mod review;
 pub mod rules;
+pub mod scheduling;

@@ -161,7 +161,9 @@ fn add_object(
         Kind::GpuClaim => {
             view.upsert_claim(convert::claim_from_kube(&typed::<GPUClaim>(value).map_err(wrap)?, namespace))
         }
-        Kind::GpuUsage => drop(typed::<GPUUsage>(value).map_err(wrap)?),
+        Kind::GpuUsage => {
+            view.upsert_usage(convert::usage_from_kube(&typed::<GPUUsage>(value).map_err(wrap)?, namespace))
+        }
         Kind::Namespace => {
             let ns: Namespace = typed(value).map_err(wrap)?;
             view.set_vgpu_entitled(ns.metadata.name.as_deref().unwrap_or_default(), convert::vgpu_entitled(&ns));
@@ -177,9 +179,11 @@ fn add_object(
                 view.settings = convert::settings_from_kube(&config);
             }
         }
-        Kind::Node => drop(typed::<Node>(value).map_err(wrap)?),
-        Kind::Pod => drop(typed::<Pod>(value).map_err(wrap)?),
-        Kind::VirtualMachineInstance => drop(convert::vmi_from_json(value, namespace).map_err(wrap)?),
+        Kind::Node => view.upsert_node(convert::node_from_kube(&typed::<Node>(value).map_err(wrap)?).map_err(wrap)?),
+        Kind::Pod => {
+            view.upsert_pod(convert::pod_from_kube(&typed::<Pod>(value).map_err(wrap)?, namespace).map_err(wrap)?)
+        }
+        Kind::VirtualMachineInstance => view.upsert_vmi(convert::vmi_from_json(value, namespace).map_err(wrap)?),
     }
     Ok(kind)
 }

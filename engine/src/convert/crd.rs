@@ -1,0 +1,76 @@
+//! Our own kinds (GPUClass, GPUClaim, GPUUsage) into the compact model.
+
+use kube_core::ResourceExt;
+
+use super::{controller_owner, false_condition, time_of};
+use crate::api::{GPUClaim, GPUClass, GPUUsage};
+use crate::keys;
+use crate::model::{Claim, Class, Published, Usage};
+
+pub fn class_from_kube(class: &GPUClass) -> Class {
+    let status = class.status.clone().unwrap_or_default();
+    Class {
+        name: class.name_any(),
+        resource_version: class.resource_version().unwrap_or_default(),
+        resource_name: class.spec.resource_name.clone(),
+        mode: class.spec.mode,
+        max_count: class.spec.max_count,
+        node_selector: class.spec.node_selector.clone(),
+        tolerations: class.spec.tolerations.clone(),
+        live_migratable: class.spec.live_migratable,
+        published: Published {
+            allocatable_units: status.allocatable_units,
+            free_units: status.free_units,
+            largest_free_on_node: status.largest_free_on_node,
+        },
+    }
+}
+
+/// `namespace` stands in when the object omits its own (an AdmissionReview's object may).
+pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
+    let status = claim.status.clone().unwrap_or_default();
+    let conditions = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str(), Some(c.reason.as_str()), Some(c.message.as_str())));
+    Claim {
+        namespace: claim.namespace().unwrap_or_else(|| namespace.to_owned()),
+        name: claim.name_any(),
+        uid: claim.uid().unwrap_or_default(),
+        resource_version: claim.resource_version().unwrap_or_default(),
+        created: time_of(claim.metadata.creation_timestamp.as_ref()),
+        class: claim.spec.class_name.clone(),
+        count: claim.spec.count,
+        template: claim.labels().get(keys::LABEL_TEMPLATE_CLAIM).map(String::as_str) == Some(keys::TRUE),
+        owner_vmi: controller_owner(&claim.metadata, keys::kubevirt::KIND_VMI),
+        phase: status.phase,
+        node: status.node_name.clone(),
+        attached_to: status.attached_to.clone(),
+        pending: false_condition(conditions, keys::CONDITION_BOUND),
+        finalizer: claim.finalizers().iter().any(|f| f == keys::FINALIZER_RELEASE),
+        deleting: claim.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
+    let spec = &usage.spec;
+    Usage {
+        namespace: usage.namespace().unwrap_or_else(|| namespace.to_owned()),
+        name: usage.name_any(),
+        resource_version: usage.resource_version().unwrap_or_default(),
+        claim: spec.claim.clone(),
+        claim_uid: usage
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == keys::KIND_CLAIM)
+            .map(|o| o.uid.clone())
+            .unwrap_or_default(),
+        class: spec.class_name.clone(),
+        resource_name: spec.resource_name.clone(),
+        count: spec.count,
+        vmi: spec.vmi.clone(),
+        node: spec.node.clone(),
+        start: spec.start_time.0,
+        end: spec.end_time.as_ref().map(|t| t.0),
+    }
+}

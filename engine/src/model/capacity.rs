@@ -1,0 +1,175 @@
+//! The placement index: free units per class and node, kept in step as claims, pods, nodes and classes change,
+//! so placing a pod reads an ordered range instead of scanning every node.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::objects::{Class, Node, Published};
+use crate::scheduling::{matches_node_selector, untolerated_taint};
+
+/// What is taken on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    /// class → units of the claims bound here.
+    claim_units: BTreeMap<String, u64>,
+    /// resource → units pods take here beyond their VMI's claims on this node: raw-name VMs and other workloads in
+    /// full, a migration target until its VMI's claims follow it, a launcher not at all (its claims count).
+    pod_devices: BTreeMap<String, u64>,
+    /// CPU and memory requested by every pod bound here and not finished.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+/// One class's eligible nodes, by free units.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ClassIndex {
+    by_free: BTreeSet<(u64, String)>,
+    /// node → (free, allocatable) as indexed.
+    entries: BTreeMap<String, (u64, u64)>,
+    allocatable_units: u64,
+    free_units: u64,
+    /// allocatable units per node → how many nodes have that many: the largest set the class could ever hold.
+    allocatables: BTreeMap<u64, u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capacity {
+    loads: BTreeMap<String, NodeLoad>,
+    classes: BTreeMap<String, ClassIndex>,
+    /// resource name → the classes that publish it (two classes may share one resource on different nodes).
+    resources: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Capacity {
+    /// A node may offer a class's units when it is Ready, not cordoned, matches the class's node selector, its
+    /// taints are tolerated by the class, and it has the resource.
+    pub fn eligible(class: &Class, node: &Node) -> bool {
+        node.ready
+            && !node.unschedulable
+            && node.devices.get(&class.resource_name).is_some_and(|units| *units > 0)
+            && matches_node_selector(&class.node_selector, &node.labels)
+            && untolerated_taint(&class.tolerations, &node.taints).is_none()
+    }
+
+    /// Units of `resource` taken on `node`: claims of every class publishing it, and pods outside claims.
+    pub fn used(&self, resource: &str, node: &str) -> u64 {
+        let Some(load) = self.loads.get(node) else { return 0 };
+        let claims: u64 =
+            self.resources.get(resource).into_iter().flatten().filter_map(|class| load.claim_units.get(class)).sum();
+        claims + load.pod_devices.get(resource).copied().unwrap_or(0)
+    }
+
+    /// Free units of `class` on `node`, or `None` when the node does not offer the class.
+    pub fn free(&self, class: &str, node: &str) -> Option<u64> {
+        self.classes.get(class)?.entries.get(node).map(|(free, _)| *free)
+    }
+
+    /// Nodes offering `class` with at least `units` free, fewest free first (best fit), then by name.
+    pub fn candidates<'a>(&'a self, class: &str, units: u64) -> impl Iterator<Item = (u64, &'a str)> + 'a {
+        self.classes
+            .get(class)
+            .into_iter()
+            .flat_map(move |index| index.by_free.range((units, String::new())..))
+            .map(|(free, node)| (*free, node.as_str()))
+    }
+
+    /// How many nodes offer `class`.
+    pub fn node_count(&self, class: &str) -> usize {
+        self.classes.get(class).map_or(0, |index| index.entries.len())
+    }
+
+    /// The most units any one node could ever give `class` (its largest allocatable).
+    pub fn largest_allocatable(&self, class: &str) -> u64 {
+        self.classes.get(class).and_then(|index| index.allocatables.last_key_value()).map_or(0, |(units, _)| *units)
+    }
+
+    /// What the class publishes: units on its nodes, free units, and the most free on one node.
+    pub fn published(&self, class: &str) -> Published {
+        let Some(index) = self.classes.get(class) else { return Published::default() };
+        Published {
+            allocatable_units: index.allocatable_units,
+            free_units: index.free_units,
+            largest_free_on_node: index.by_free.last().map_or(0, |(free, _)| *free),
+        }
+    }
+
+    pub fn load(&self, node: &str) -> Option<&NodeLoad> {
+        self.loads.get(node)
+    }
+
+    pub fn classes_of(&self, resource: &str) -> impl Iterator<Item = &str> {
+        self.resources.get(resource).into_iter().flatten().map(String::as_str)
+    }
+
+    /// Re-reads which classes publish which resource (after a class changed).
+    pub(super) fn set_resources<'a>(&mut self, classes: impl Iterator<Item = &'a Class>) {
+        self.resources.clear();
+        self.classes.clear();
+        for class in classes {
+            self.resources.entry(class.resource_name.clone()).or_default().insert(class.name.clone());
+            self.classes.insert(class.name.clone(), ClassIndex::default());
+        }
+    }
+
+    /// Re-indexes `class` on `node` (`None`: the node is gone).
+    pub(super) fn refresh(&mut self, class: &Class, node_name: &str, node: Option<&Node>) {
+        let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
+            let allocatable = node.devices[&class.resource_name];
+            (allocatable.saturating_sub(self.used(&class.resource_name, node_name)), allocatable)
+        });
+        let index = self.classes.entry(class.name.clone()).or_default();
+        if let Some((free, allocatable)) = index.entries.remove(node_name) {
+            index.by_free.remove(&(free, node_name.to_owned()));
+            index.free_units -= free;
+            index.allocatable_units -= allocatable;
+            let nodes = index.allocatables.get_mut(&allocatable).expect("indexed allocatables are counted");
+            *nodes -= 1;
+            if *nodes == 0 {
+                index.allocatables.remove(&allocatable);
+            }
+        }
+        if let Some((free, allocatable)) = offered {
+            index.by_free.insert((free, node_name.to_owned()));
+            index.entries.insert(node_name.to_owned(), (free, allocatable));
+            index.free_units += free;
+            index.allocatable_units += allocatable;
+            *index.allocatables.entry(allocatable).or_insert(0) += 1;
+        }
+    }
+
+    pub(super) fn add_claim_units(&mut self, node: &str, class: &str, units: u32, adding: bool) {
+        let load = self.loads.entry(node.to_owned()).or_default();
+        step(&mut load.claim_units, class, u64::from(units), adding);
+    }
+
+    /// Counts (or uncounts) the CPU and memory of a pod bound to `node`.
+    pub(super) fn add_pod_load(&mut self, node: &str, cpu_millis: u64, memory_bytes: u64, adding: bool) {
+        let load = self.loads.entry(node.to_owned()).or_default();
+        if adding {
+            load.cpu_millis += cpu_millis;
+            load.memory_bytes += memory_bytes;
+        } else {
+            load.cpu_millis = load.cpu_millis.checked_sub(cpu_millis).expect("pod CPU counted once");
+            load.memory_bytes = load.memory_bytes.checked_sub(memory_bytes).expect("pod memory counted once");
+        }
+    }
+
+    /// Counts (or uncounts) devices pods take on `node` beyond what their VMI's claims there already count.
+    pub(super) fn add_pod_devices(&mut self, node: &str, devices: &BTreeMap<String, u64>, adding: bool) {
+        let load = self.loads.entry(node.to_owned()).or_default();
+        for (resource, units) in devices {
+            step(&mut load.pod_devices, resource, *units, adding);
+        }
+    }
+}
+
+fn step(units: &mut BTreeMap<String, u64>, key: &str, delta: u64, adding: bool) {
+    if adding {
+        *units.entry(key.to_owned()).or_insert(0) += delta;
+        return;
+    }
+    let total = units.get_mut(key).expect("units are uncounted only after being counted");
+    *total = total.checked_sub(delta).expect("units counted never go below zero");
+    if *total == 0 {
+        units.remove(key);
+    }
+}

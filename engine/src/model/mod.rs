@@ -1,0 +1,385 @@
+//! The compact domain model the engine decides on: exactly what the rules read, indexed for them.
+//!
+//! The twin keeps its world in these types, so its hot paths never build Kubernetes objects; the live adapter and
+//! `gpuclaim review` fill them from Kubernetes objects through [`crate::convert`]. Every change goes through a
+//! `upsert_*` or `remove_*` method, which keeps the indexes (units per tenant, the placement index, the gated
+//! queue) in step with the objects, so no decision scans what an index can answer.
+
+mod capacity;
+mod objects;
+mod tenant;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use capacity::{Capacity, NodeLoad};
+pub use objects::*;
+pub use tenant::Tenant;
+
+use crate::keys;
+use crate::rules::{PodRole, pod_role};
+
+/// The world the engine decides on: what the webhooks' and the controller's caches hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct View {
+    classes: BTreeMap<String, Class>,
+    tenants: BTreeMap<String, Tenant>,
+    pub settings: Settings,
+    nodes: BTreeMap<String, Node>,
+    /// namespace → name → pod; only pods the controller watches (those with the claims label) and pods that take
+    /// devices or CPU on nodes need to be here.
+    pods: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// (created, namespace, name) of launcher and volume-binder pods holding the placement gate: the queue the
+    /// reconciler serves first come, first served.
+    gated: BTreeSet<(Time, String, String)>,
+    vmis: BTreeMap<String, BTreeMap<String, Vmi>>,
+    usages: BTreeMap<String, BTreeMap<String, Usage>>,
+    /// (namespace, claim) → names of its open usage records.
+    open_usages: BTreeMap<(String, String), BTreeSet<String>>,
+    capacity: Capacity,
+    /// (namespace, VMI, node) → resource → units of the claims attached to that VMI on that node: what the VMI's
+    /// pods there take through claims rather than on their own.
+    vmi_claim_units: BTreeMap<(String, String, String), BTreeMap<String, u64>>,
+    /// (namespace, VMI) → its pods, so their device counts follow its claims.
+    pods_by_vmi: BTreeMap<(String, String), BTreeSet<String>>,
+    /// (namespace, pod) → (node, devices counted for it): exactly what to uncount when it changes.
+    pod_devices: BTreeMap<(String, String), (String, BTreeMap<String, u64>)>,
+}
+
+impl View {
+    pub fn class(&self, name: &str) -> Option<&Class> {
+        self.classes.get(name)
+    }
+
+    pub fn classes(&self) -> impl Iterator<Item = &Class> {
+        self.classes.values()
+    }
+
+    pub fn tenant(&self, namespace: &str) -> Option<&Tenant> {
+        self.tenants.get(namespace)
+    }
+
+    pub fn tenants(&self) -> impl Iterator<Item = (&str, &Tenant)> {
+        self.tenants.iter().map(|(name, tenant)| (name.as_str(), tenant))
+    }
+
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<&Claim> {
+        self.tenants.get(namespace)?.claim(name)
+    }
+
+    /// Every claim, by namespace then name.
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.tenants.values().flat_map(Tenant::claims)
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        self.pods.get(namespace)?.get(name)
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.values().flat_map(BTreeMap::values)
+    }
+
+    /// Gated launcher and volume-binder pods, oldest first.
+    pub fn gated_pods(&self) -> impl Iterator<Item = &Pod> {
+        self.gated.iter().filter_map(|(_, namespace, name)| self.pod(namespace, name))
+    }
+
+    pub fn vmi(&self, namespace: &str, name: &str) -> Option<&Vmi> {
+        self.vmis.get(namespace)?.get(name)
+    }
+
+    pub fn vmis(&self) -> impl Iterator<Item = &Vmi> {
+        self.vmis.values().flat_map(BTreeMap::values)
+    }
+
+    pub fn usage(&self, namespace: &str, name: &str) -> Option<&Usage> {
+        self.usages.get(namespace)?.get(name)
+    }
+
+    pub fn usages(&self) -> impl Iterator<Item = &Usage> {
+        self.usages.values().flat_map(BTreeMap::values)
+    }
+
+    pub fn capacity(&self) -> &Capacity {
+        &self.capacity
+    }
+
+    pub fn upsert_class(&mut self, class: Class) {
+        self.classes.insert(class.name.clone(), class);
+        self.reindex_all();
+    }
+
+    pub fn remove_class(&mut self, name: &str) -> Option<Class> {
+        let class = self.classes.remove(name)?;
+        self.reindex_all();
+        Some(class)
+    }
+
+    /// Stores a claim, keeping the tenant's units and the placement index in step.
+    pub fn upsert_claim(&mut self, claim: Claim) {
+        self.remove_claim(&claim.namespace, &claim.name);
+        self.tenants.entry(claim.namespace.clone()).or_default().count(&claim);
+        self.count_claim(&claim, true);
+        let tenant = self.tenants.get_mut(&claim.namespace).expect("inserted above");
+        tenant.claims.insert(claim.name.clone(), claim);
+    }
+
+    pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
+        let tenant = self.tenants.get_mut(namespace)?;
+        let old = tenant.claims.remove(name)?;
+        tenant.uncount(&old);
+        self.count_claim(&old, false);
+        Some(old)
+    }
+
+    fn count_claim(&mut self, claim: &Claim, adding: bool) {
+        let Some(node) = claim.node.clone() else { return };
+        self.capacity.add_claim_units(&node, &claim.class, claim.count, adding);
+        let resource = self.classes.get(&claim.class).map(|c| c.resource_name.clone());
+        if let (Some(vmi), Some(resource)) = (&claim.attached_to, &resource) {
+            let key = (claim.namespace.clone(), vmi.name.clone(), node.clone());
+            let units = self.vmi_claim_units.entry(key.clone()).or_default();
+            let total = units.entry(resource.clone()).or_insert(0);
+            if adding {
+                *total += u64::from(claim.count);
+            } else {
+                *total = total.checked_sub(u64::from(claim.count)).expect("attached units counted once");
+                if *total == 0 {
+                    units.remove(resource);
+                }
+                if units.is_empty() {
+                    self.vmi_claim_units.remove(&key);
+                }
+            }
+            self.recount_vmi_pods(&claim.namespace, &vmi.name);
+        }
+        if let Some(resource) = resource {
+            self.reindex_resource(&node, &resource);
+        }
+    }
+
+    pub fn set_vgpu_entitled(&mut self, namespace: &str, entitled: bool) {
+        self.tenants.entry(namespace.to_owned()).or_default().vgpu_entitled = entitled;
+    }
+
+    /// Stores one ResourceQuota's GPU budgets (class → hard units).
+    pub fn upsert_quota(&mut self, namespace: &str, quota: &str, hard: BTreeMap<String, u64>) {
+        let tenant = self.tenants.entry(namespace.to_owned()).or_default();
+        tenant.quotas.insert(quota.to_owned(), hard);
+    }
+
+    pub fn remove_quota(&mut self, namespace: &str, quota: &str) {
+        if let Some(tenant) = self.tenants.get_mut(namespace) {
+            tenant.quotas.remove(quota);
+        }
+    }
+
+    pub fn upsert_node(&mut self, node: Node) {
+        let name = node.name.clone();
+        self.nodes.insert(name.clone(), node);
+        self.reindex_node(&name);
+    }
+
+    /// A node deleted (lost): its claims keep their binding until the controller moves them.
+    pub fn remove_node(&mut self, name: &str) -> Option<Node> {
+        let node = self.nodes.remove(name)?;
+        self.reindex_node(name);
+        Some(node)
+    }
+
+    pub fn upsert_pod(&mut self, pod: Pod) {
+        self.remove_pod(&pod.namespace, &pod.name);
+        if holds_placement_gate(&pod) {
+            self.gated.insert((pod.created, pod.namespace.clone(), pod.name.clone()));
+        }
+        if let Some(vmi) = &pod.owner_vmi {
+            let key = (pod.namespace.clone(), vmi.name.clone());
+            self.pods_by_vmi.entry(key).or_default().insert(pod.name.clone());
+        }
+        if let Some(node) = occupied_node(&pod) {
+            self.capacity.add_pod_load(node, pod.cpu_millis, pod.memory_bytes, true);
+        }
+        let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+        self.pods.entry(namespace.clone()).or_default().insert(name.clone(), pod);
+        self.count_pod_devices(&namespace, &name);
+    }
+
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
+        self.uncount_pod_devices(namespace, name);
+        let old = self.pods.get_mut(namespace)?.remove(name)?;
+        self.gated.remove(&(old.created, old.namespace.clone(), old.name.clone()));
+        if let Some(vmi) = &old.owner_vmi {
+            let key = (old.namespace.clone(), vmi.name.clone());
+            if let Some(pods) = self.pods_by_vmi.get_mut(&key) {
+                pods.remove(&old.name);
+                if pods.is_empty() {
+                    self.pods_by_vmi.remove(&key);
+                }
+            }
+        }
+        if let Some(node) = occupied_node(&old) {
+            self.capacity.add_pod_load(node, old.cpu_millis, old.memory_bytes, false);
+        }
+        Some(old)
+    }
+
+    /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
+    fn count_pod_devices(&mut self, namespace: &str, name: &str) {
+        let Some(pod) = self.pod(namespace, name) else { return };
+        let Some(node) = occupied_node(pod).map(str::to_owned) else { return };
+        let covered = pod
+            .owner_vmi
+            .as_ref()
+            .filter(|_| is_claims_pod(pod))
+            .and_then(|vmi| self.vmi_claim_units.get(&(namespace.to_owned(), vmi.name.clone(), node.clone())));
+        let devices: BTreeMap<String, u64> = pod
+            .devices
+            .iter()
+            .map(|(resource, units)| {
+                let through_claims = covered.and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                (resource.clone(), units.saturating_sub(through_claims))
+            })
+            .filter(|(_, units)| *units > 0)
+            .collect();
+        if devices.is_empty() {
+            return;
+        }
+        self.capacity.add_pod_devices(&node, &devices, true);
+        let resources: Vec<String> = devices.keys().cloned().collect();
+        self.pod_devices.insert((namespace.to_owned(), name.to_owned()), (node.clone(), devices));
+        for resource in resources {
+            self.reindex_resource(&node, &resource);
+        }
+    }
+
+    fn uncount_pod_devices(&mut self, namespace: &str, name: &str) {
+        let Some((node, devices)) = self.pod_devices.remove(&(namespace.to_owned(), name.to_owned())) else {
+            return;
+        };
+        self.capacity.add_pod_devices(&node, &devices, false);
+        for resource in devices.keys() {
+            self.reindex_resource(&node, resource);
+        }
+    }
+
+    /// The VMI's claims changed: its pods' own device counts change with them.
+    fn recount_vmi_pods(&mut self, namespace: &str, vmi: &str) {
+        let Some(pods) = self.pods_by_vmi.get(&(namespace.to_owned(), vmi.to_owned())) else { return };
+        for pod in pods.clone() {
+            self.uncount_pod_devices(namespace, &pod);
+            self.count_pod_devices(namespace, &pod);
+        }
+    }
+
+    pub fn upsert_vmi(&mut self, vmi: Vmi) {
+        self.vmis.entry(vmi.namespace.clone()).or_default().insert(vmi.name.clone(), vmi);
+    }
+
+    pub fn remove_vmi(&mut self, namespace: &str, name: &str) -> Option<Vmi> {
+        self.vmis.get_mut(namespace)?.remove(name)
+    }
+
+    pub fn upsert_usage(&mut self, usage: Usage) {
+        self.remove_usage(&usage.namespace, &usage.name);
+        if usage.end.is_none() {
+            let key = (usage.namespace.clone(), usage.claim.clone());
+            self.open_usages.entry(key).or_default().insert(usage.name.clone());
+        }
+        self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
+    }
+
+    pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
+        let old = self.usages.get_mut(namespace)?.remove(name)?;
+        let key = (old.namespace.clone(), old.claim.clone());
+        if let Some(open) = self.open_usages.get_mut(&key) {
+            open.remove(&old.name);
+            if open.is_empty() {
+                self.open_usages.remove(&key);
+            }
+        }
+        Some(old)
+    }
+
+    /// The open usage records of a claim.
+    pub fn open_usages_of(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
+        self.open_usages
+            .get(&(namespace.to_owned(), claim.to_owned()))
+            .into_iter()
+            .flatten()
+            .filter_map(move |name| self.usage(namespace, name))
+    }
+
+    /// Every open usage record, by namespace then claim.
+    pub fn open_usages(&self) -> impl Iterator<Item = &Usage> {
+        self.open_usages
+            .iter()
+            .flat_map(move |((namespace, _), names)| names.iter().filter_map(move |name| self.usage(namespace, name)))
+    }
+
+    /// Re-indexes every class on every node: after a class changed (rare), since its resource or selector moves
+    /// which nodes and claims count for it.
+    fn reindex_all(&mut self) {
+        // Which resource a claim's units count under depends on its class: rebuild the derived counts whole.
+        self.capacity = Capacity::default();
+        self.vmi_claim_units.clear();
+        self.pod_devices.clear();
+        self.capacity.set_resources(self.classes.values());
+        for class in self.classes.values() {
+            for (name, node) in &self.nodes {
+                self.capacity.refresh(class, name, Some(node));
+            }
+        }
+        let claims: Vec<Claim> = self.claims().cloned().collect();
+        for claim in &claims {
+            self.count_claim(claim, true);
+        }
+        let pods: Vec<(String, String)> = self.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect();
+        for (namespace, name) in pods {
+            let pod = &self.pods[&namespace][&name];
+            if let Some(node) = occupied_node(pod).map(str::to_owned) {
+                let (cpu, memory) = (pod.cpu_millis, pod.memory_bytes);
+                self.capacity.add_pod_load(&node, cpu, memory, true);
+            }
+            self.uncount_pod_devices(&namespace, &name);
+            self.count_pod_devices(&namespace, &name);
+        }
+    }
+
+    fn reindex_node(&mut self, node: &str) {
+        for class in self.classes.values() {
+            self.capacity.refresh(class, node, self.nodes.get(node));
+        }
+    }
+
+    fn reindex_resource(&mut self, node: &str, resource: &str) {
+        let classes: Vec<String> = self.capacity.classes_of(resource).map(str::to_owned).collect();
+        for class in classes {
+            let class = &self.classes[&class];
+            self.capacity.refresh(class, node, self.nodes.get(node));
+        }
+    }
+}
+
+/// Pods whose devices the claims count (launchers, volume binders and migration targets of claim VMIs).
+pub fn is_claims_pod(pod: &Pod) -> bool {
+    pod.labels.get(keys::LABEL_CLAIMS).map(String::as_str) == Some(keys::TRUE)
+}
+
+/// A launcher or volume binder that still holds the placement gate.
+pub fn holds_placement_gate(pod: &Pod) -> bool {
+    matches!(pod_role(pod), PodRole::Launcher | PodRole::VolumeBinder)
+        && pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT)
+}
+
+/// The node whose resources a pod takes: bound and not finished.
+fn occupied_node(pod: &Pod) -> Option<&str> {
+    pod.node_name.as_deref().filter(|_| !pod.phase.is_terminal())
+}

@@ -1,0 +1,200 @@
+//! The compact objects: exactly the fields the rules and the reconciler read.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
+
+pub use crate::api::{ClaimPhase, GpuMode, VmiRef};
+
+/// Time as the engine takes it: the caller's clock (virtual in the twin), never read inside.
+pub type Time = k8s_openapi::jiff::Timestamp;
+
+/// A GPUClass as the rules see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Class {
+    pub name: String,
+    pub resource_name: String,
+    pub mode: GpuMode,
+    pub max_count: u32,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub live_migratable: bool,
+    pub published: Published,
+    pub resource_version: String,
+}
+
+/// The free units a class offers (its status). Before the controller first publishes, all are zero, so orders wait
+/// for the controller rather than pass unchecked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub allocatable_units: u64,
+    pub free_units: u64,
+    pub largest_free_on_node: u64,
+}
+
+/// Why something waits: a PascalCase reason and a sentence, as a condition carries them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reason {
+    pub reason: String,
+    pub message: String,
+}
+
+/// A GPUClaim as the rules see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claim {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub created: Time,
+    pub class: String,
+    pub count: u32,
+    /// Carries the template mark: the controller ordered it for one VMI run.
+    pub template: bool,
+    /// The VMI a template claim was ordered for (its controller ownerReference).
+    pub owner_vmi: Option<VmiRef>,
+    pub phase: ClaimPhase,
+    pub node: Option<String>,
+    pub attached_to: Option<VmiRef>,
+    /// The claim's Bound condition when it is not bound: why it waits.
+    pub pending: Option<Reason>,
+    /// Carries the release finalizer.
+    pub finalizer: bool,
+    /// Has a deletion timestamp (waiting on its finalizer).
+    pub deleting: bool,
+}
+
+/// A Node as placement sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Cordoned (`spec.unschedulable`).
+    pub unschedulable: bool,
+    /// The Ready condition is True. A NotReady node keeps its claims' reservations but takes no new ones.
+    pub ready: bool,
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    /// Allocatable extended resources (GPUs, vGPU profiles) by resource name.
+    pub devices: BTreeMap<String, u64>,
+}
+
+/// A pod's phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PodPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl PodPhase {
+    /// Succeeded and Failed pods hold no resources.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, PodPhase::Succeeded | PodPhase::Failed)
+    }
+}
+
+/// A Pod as the pod webhook and the reconciler see it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub created: Time,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub scheduling_gates: Vec<String>,
+    pub tolerations: Vec<Toleration>,
+    pub node_selector: BTreeMap<String, String>,
+    /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`; `None` when unset.
+    pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub node_name: Option<String>,
+    pub phase: PodPhase,
+    /// Requests the scheduler counts: containers summed, the largest init container, overhead.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub devices: BTreeMap<String, u64>,
+    /// The VMI that controls the pod (launcher, volume binder, migration target).
+    pub owner_vmi: Option<VmiRef>,
+    /// The placement condition the controller last wrote: why the pod waits.
+    pub waiting: Option<Reason>,
+}
+
+/// A VMI's phase, as KubeVirt reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VmiPhase {
+    #[default]
+    Pending,
+    Scheduling,
+    Scheduled,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl VmiPhase {
+    /// A VMI in these phases ended its run; its attachments are released.
+    pub fn is_final(self) -> bool {
+        matches!(self, VmiPhase::Succeeded | VmiPhase::Failed)
+    }
+}
+
+/// A GPU entry of a VMI's `spec.domain.devices.gpus`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuDevice {
+    pub name: String,
+    pub device_name: String,
+}
+
+/// A VirtualMachineInstance as the VMI webhook and the reconciler see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Vmi {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub gpus: Vec<GpuDevice>,
+    pub phase: VmiPhase,
+    /// `status.nodeName`: where the VMI runs (the target's node once a migration completes).
+    pub node_name: Option<String>,
+    pub deleting: bool,
+}
+
+impl Vmi {
+    pub fn reference(&self) -> VmiRef {
+        VmiRef { name: self.name.clone(), uid: self.uid.clone() }
+    }
+}
+
+/// A GPUUsage record: one attachment of one claim to one VMI run on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+    pub claim: String,
+    pub claim_uid: String,
+    pub class: String,
+    pub resource_name: String,
+    pub count: u32,
+    pub vmi: VmiRef,
+    pub node: String,
+    pub start: Time,
+    pub end: Option<Time>,
+}
+
+/// The settings ConfigMap's parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The user allowed to create template claims. The order webhook refuses the mark from anyone else, and from
+    /// everyone while this is unset, a second line behind the tamper policy.
+    pub template_claim_creator: Option<String>,
+}

@@ -1,0 +1,75 @@
+//! One tenant namespace: entitlement, budgets, claims, and the units they order and hold per class.
+
+use std::collections::BTreeMap;
+
+use super::objects::Claim;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tenant {
+    pub vgpu_entitled: bool,
+    /// ResourceQuota name → class → hard units. Each quota is enforced on its own, as the API server does.
+    pub(super) quotas: BTreeMap<String, BTreeMap<String, u64>>,
+    pub(super) claims: BTreeMap<String, Claim>,
+    /// class → units ordered by every claim of the namespace (held and template, any phase): the order webhook's
+    /// "used".
+    ordered: BTreeMap<String, u64>,
+    /// class → units of claims bound to a node (Bound or Attached): what the controller keeps within the budget.
+    bound: BTreeMap<String, u64>,
+}
+
+impl Tenant {
+    pub fn claim(&self, name: &str) -> Option<&Claim> {
+        self.claims.get(name)
+    }
+
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values()
+    }
+
+    /// Units of `class` ordered by the namespace's claims.
+    pub fn units_used(&self, class: &str) -> u64 {
+        self.ordered.get(class).copied().unwrap_or(0)
+    }
+
+    /// Units of `class` the namespace's claims hold on nodes.
+    pub fn units_bound(&self, class: &str) -> u64 {
+        self.bound.get(class).copied().unwrap_or(0)
+    }
+
+    /// The tightest hard limit any quota of the namespace sets for `class`; `None` when no quota names it (then
+    /// the class is not limited for this tenant, as with any ResourceQuota).
+    pub fn budget(&self, class: &str) -> Option<u64> {
+        self.quotas.values().filter_map(|hard| hard.get(class).copied()).min()
+    }
+
+    pub(super) fn count(&mut self, claim: &Claim) {
+        add(&mut self.ordered, &claim.class, claim.count);
+        if claim.node.is_some() {
+            add(&mut self.bound, &claim.class, claim.count);
+        }
+    }
+
+    pub(super) fn uncount(&mut self, claim: &Claim) {
+        subtract(&mut self.ordered, &claim.class, claim.count);
+        if claim.node.is_some() {
+            subtract(&mut self.bound, &claim.class, claim.count);
+        }
+    }
+}
+
+fn add(units: &mut BTreeMap<String, u64>, class: &str, count: u32) {
+    match units.get_mut(class) {
+        Some(total) => *total += u64::from(count),
+        None => {
+            units.insert(class.to_owned(), u64::from(count));
+        }
+    }
+}
+
+fn subtract(units: &mut BTreeMap<String, u64>, class: &str, count: u32) {
+    let total = units.get_mut(class).expect("a stored claim's class is counted");
+    *total = total.checked_sub(u64::from(count)).expect("units counted never go below zero");
+    if *total == 0 {
+        units.remove(class);
+    }
+}
