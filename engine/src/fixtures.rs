@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 
 use crate::keys::{self, kubevirt};
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Node, Published, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Node, Pod, Published, Time, View, Vmi, VmiPhase, VmiRef};
 
 /// The taint GPU nodes carry so only GPU workloads land there.
 pub fn gpu_toleration(resource_name: &str) -> Toleration {
@@ -198,7 +198,8 @@ pub fn world(nodes: usize, claims: usize) -> View {
     view
 }
 
-/// A Ready GPU node with `units` devices of `resource_name`, 64 CPUs and 512 GiB, tainted `<resource>:NoSchedule`.
+/// A Ready GPU node with `units` devices of `resource_name` (and KubeVirt's device plugins), 64 CPUs and 512 GiB,
+/// tainted `<resource>:NoSchedule`.
 pub fn gpu_node(name: &str, resource_name: &str, units: u64) -> Node {
     Node {
         name: name.to_owned(),
@@ -217,6 +218,44 @@ pub fn gpu_node(name: &str, resource_name: &str, units: u64) -> Node {
         ready: true,
         cpu_millis: 64_000,
         memory_bytes: 512 << 30,
-        devices: BTreeMap::from([(resource_name.to_owned(), units)]),
+        devices: BTreeMap::from([
+            (resource_name.to_owned(), units),
+            ("devices.kubevirt.io/kvm".to_owned(), 1000),
+            ("devices.kubevirt.io/tun".to_owned(), 1000),
+            ("devices.kubevirt.io/vhost-net".to_owned(), 1000),
+        ]),
     }
+}
+
+/// A VMI of `namespace` in `phase`, with uid `uid-vmi-<name>`.
+pub fn vmi(namespace: &str, name: &str, phase: VmiPhase, node: Option<&str>) -> Vmi {
+    Vmi {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-vmi-{name}"),
+        phase,
+        node_name: node.map(str::to_owned),
+        ..Vmi::default()
+    }
+}
+
+/// The launcher of VMI `vmi` as the pod webhook leaves it: gated, tolerating the classes' taints, requesting
+/// `units` of `resource_name`, 4 CPUs and 16 GiB, created at `created`.
+pub fn gated_launcher(
+    namespace: &str,
+    vmi: &str,
+    attachments: &str,
+    resource_name: &str,
+    units: u64,
+    created: Time,
+) -> Pod {
+    let json = launcher_pod_json(namespace, vmi, attachments, resource_name, units as u32);
+    let mut pod = crate::convert::pod_from_json(&json, namespace).expect("the fixture launcher converts");
+    pod.name = format!("virt-launcher-{vmi}-abcde");
+    pod.uid = format!("uid-pod-{vmi}");
+    pod.resource_version = "1".to_owned();
+    pod.created = created;
+    pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
+    pod.tolerations.push(gpu_toleration(resource_name));
+    pod
 }

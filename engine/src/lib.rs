@@ -32,6 +32,7 @@
 //! ```
 
 pub mod api;
+pub mod controller;
 pub mod convert;
 pub mod fixtures;
 pub mod keys;

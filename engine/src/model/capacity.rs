@@ -72,6 +72,15 @@ impl Capacity {
             .map(|(free, node)| (*free, node.as_str()))
     }
 
+    /// Nodes offering `class`, most free first.
+    pub fn most_free_first<'a>(&'a self, class: &str) -> impl Iterator<Item = (u64, &'a str)> + 'a {
+        self.classes
+            .get(class)
+            .into_iter()
+            .flat_map(|index| index.by_free.iter().rev())
+            .map(|(free, node)| (*free, node.as_str()))
+    }
+
     /// How many nodes offer `class`.
     pub fn node_count(&self, class: &str) -> usize {
         self.classes.get(class).map_or(0, |index| index.entries.len())

@@ -17,6 +17,7 @@ pub use tenant::Tenant;
 
 use crate::keys;
 use crate::rules::{PodRole, pod_role};
+use crate::scheduling::is_pinned_to;
 
 /// The world the engine decides on: what the webhooks' and the controller's caches hold.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -108,13 +109,39 @@ impl View {
         self.usages.values().flat_map(BTreeMap::values)
     }
 
+    /// The pods a VMI controls (launcher, volume binder, migration target).
+    pub fn vmi_pods(&self, namespace: &str, vmi: &str) -> impl Iterator<Item = &Pod> {
+        self.pods_by_vmi
+            .get(&(namespace.to_owned(), vmi.to_owned()))
+            .into_iter()
+            .flatten()
+            .filter_map(move |name| self.pod(namespace, name))
+    }
+
+    /// Units per resource of the claims attached to `vmi` on `node`.
+    pub fn vmi_claim_units(&self, namespace: &str, vmi: &str, node: &str) -> Option<&BTreeMap<String, u64>> {
+        self.vmi_claim_units.get(&(namespace.to_owned(), vmi.to_owned(), node.to_owned()))
+    }
+
+    /// The node and devices the placement index counts for a pod beyond its VMI's claims.
+    pub fn counted_devices(&self, namespace: &str, pod: &str) -> Option<(&str, &BTreeMap<String, u64>)> {
+        self.pod_devices.get(&(namespace.to_owned(), pod.to_owned())).map(|(node, devices)| (node.as_str(), devices))
+    }
+
     pub fn capacity(&self) -> &Capacity {
         &self.capacity
     }
 
     pub fn upsert_class(&mut self, class: Class) {
+        let placement_unchanged = self.classes.get(&class.name).is_some_and(|old| {
+            old.resource_name == class.resource_name
+                && old.node_selector == class.node_selector
+                && old.tolerations == class.tolerations
+        });
         self.classes.insert(class.name.clone(), class);
-        self.reindex_all();
+        if !placement_unchanged {
+            self.reindex_all();
+        }
     }
 
     pub fn remove_class(&mut self, name: &str) -> Option<Class> {
@@ -379,7 +406,14 @@ pub fn holds_placement_gate(pod: &Pod) -> bool {
         && pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT)
 }
 
-/// The node whose resources a pod takes: bound and not finished.
-fn occupied_node(pod: &Pod) -> Option<&str> {
-    pod.node_name.as_deref().filter(|_| !pod.phase.is_terminal())
+/// The node whose resources a pod takes: where it is bound, or where it is pinned once ungated (the scheduler can
+/// put it nowhere else, so its requests are spoken for before it binds); none once it finished.
+pub fn occupied_node(pod: &Pod) -> Option<&str> {
+    if pod.phase.is_terminal() {
+        return None;
+    }
+    pod.node_name.as_deref().or_else(|| {
+        let terms = pod.required_terms.as_deref().filter(|_| pod.scheduling_gates.is_empty())?;
+        is_pinned_to(terms)
+    })
 }

@@ -1,0 +1,88 @@
+//! What the reconciler asks the world to do: data, applied in order by the twin or the live adapter.
+//!
+//! Every write carries its precondition (the resourceVersion it was decided on, or the uid for a delete); a
+//! writer that meets a conflict refreshes its cache and reconciles again. Within one pass an object gets at most
+//! one write per subresource; an [`Action::UpdateClaim`] with both parts is written metadata first, then status
+//! with the resourceVersion the first write returned.
+
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+
+use crate::model::{ClaimPhase, Published, Reason, Time, Usage, VmiRef};
+
+/// A namespaced object's name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        ObjectRef { namespace: namespace.to_owned(), name: name.to_owned() }
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A claim's status as the controller writes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimStatus {
+    pub phase: ClaimPhase,
+    pub node: Option<String>,
+    pub attached_to: Option<VmiRef>,
+    /// The Bound condition's reason while Pending.
+    pub pending: Option<Reason>,
+}
+
+/// The kinds an event may be recorded on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventKind {
+    Claim,
+    Pod,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create a template claim (mark label, release finalizer, controller ownerReference to the VMI) for one run,
+    /// then write its status with the resourceVersion the create returned.
+    CreateClaim { claim: ObjectRef, class: String, count: u32, owner: VmiRef, status: ClaimStatus },
+    /// Set or clear the release finalizer and/or write the status of a claim.
+    UpdateClaim { claim: ObjectRef, precondition: String, finalizer: Option<bool>, status: Option<ClaimStatus> },
+    /// Delete a template claim whose run ended (after its finalizer was removed in the same pass).
+    DeleteClaim { claim: ObjectRef, uid: String },
+    /// Create a usage record (owned by its claim).
+    OpenUsage { usage: Usage },
+    /// Close a usage record at `end`.
+    CloseUsage { usage: ObjectRef, precondition: String, end: Time },
+    /// In one pod update: remove the placement gate and set the required node-affinity terms to `terms` (the pod's
+    /// own terms with the pin appended to each).
+    PinAndUngate { pod: ObjectRef, precondition: String, node: String, terms: Vec<NodeSelectorTerm> },
+    /// Write the pod's placement condition: why it still waits.
+    SetPodWaiting { pod: ObjectRef, precondition: String, waiting: Reason },
+    /// Write a class's published free units.
+    PublishClass { class: String, precondition: String, published: Published },
+    /// Record a Kubernetes Event (PascalCase reason, short note).
+    Event { kind: EventKind, object: ObjectRef, reason: &'static str, message: String },
+}
+
+impl Action {
+    /// The order writes go out in: claims before pods, so a pod is never pinned to a node its claims do not hold,
+    /// and a controller that stops between two writes finds a state it resumes from.
+    pub(super) fn rank(&self) -> u8 {
+        match self {
+            Action::CreateClaim { .. } => 0,
+            Action::UpdateClaim { .. } => 1,
+            Action::DeleteClaim { .. } => 2,
+            Action::CloseUsage { .. } => 3,
+            Action::OpenUsage { .. } => 4,
+            Action::PinAndUngate { .. } => 5,
+            Action::SetPodWaiting { .. } => 6,
+            Action::PublishClass { .. } => 7,
+            Action::Event { .. } => 8,
+        }
+    }
+}

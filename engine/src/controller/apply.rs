@@ -1,0 +1,156 @@
+//! Applying actions to a view: the effect a perfect API server gives them (preconditions checked, finalizers
+//! honoured, resourceVersions bumped). Tests use it to check that reconcile is idempotent; the twin's API server
+//! gives the same effects with its own timing and faults.
+
+use super::actions::{Action, ObjectRef};
+use crate::keys;
+use crate::model::{Claim, Time, View};
+
+/// A write whose precondition no longer holds.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("conflict writing {object}: {reason}")]
+pub struct Conflict {
+    pub object: String,
+    pub reason: String,
+}
+
+fn conflict(kind: &str, object: &ObjectRef, reason: &str) -> Conflict {
+    Conflict { object: format!("{kind} {object}"), reason: reason.to_owned() }
+}
+
+fn bump(resource_version: &str) -> String {
+    (resource_version.parse::<u64>().unwrap_or(0) + 1).to_string()
+}
+
+/// Applies `actions` in order at `now`. Stops at the first conflict, as a writer would (it then refreshes and
+/// reconciles again).
+pub fn apply(view: &mut View, actions: &[Action], now: Time) -> Result<(), Conflict> {
+    for action in actions {
+        apply_one(view, action, now)?;
+    }
+    Ok(())
+}
+
+fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict> {
+    match action {
+        Action::CreateClaim { claim, class, count, owner, status } => {
+            if view.claim(&claim.namespace, &claim.name).is_some() {
+                return Err(conflict("GPUClaim", claim, "already exists"));
+            }
+            view.upsert_claim(Claim {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                uid: format!("uid-{}-{}", claim.namespace, claim.name),
+                resource_version: "2".to_owned(),
+                created: now,
+                class: class.clone(),
+                count: *count,
+                template: true,
+                owner_vmi: Some(owner.clone()),
+                phase: status.phase,
+                node: status.node.clone(),
+                attached_to: status.attached_to.clone(),
+                pending: status.pending.clone(),
+                finalizer: true,
+                deleting: false,
+            });
+        }
+        Action::UpdateClaim { claim: key, precondition, finalizer, status } => {
+            let mut claim = claimed(view, key, precondition)?;
+            if let Some(finalizer) = finalizer {
+                claim.finalizer = *finalizer;
+            }
+            if let Some(status) = status {
+                claim.phase = status.phase;
+                claim.node = status.node.clone();
+                claim.attached_to = status.attached_to.clone();
+                claim.pending = status.pending.clone();
+            }
+            claim.resource_version = bump(&claim.resource_version);
+            if claim.deleting && !claim.finalizer {
+                view.remove_claim(&key.namespace, &key.name);
+            } else {
+                view.upsert_claim(claim);
+            }
+        }
+        Action::DeleteClaim { claim: key, uid } => {
+            let Some(mut claim) = view.claim(&key.namespace, &key.name).cloned() else {
+                return Err(conflict("GPUClaim", key, "not found"));
+            };
+            if claim.uid != *uid {
+                return Err(conflict("GPUClaim", key, "uid precondition failed"));
+            }
+            if claim.finalizer {
+                claim.deleting = true;
+                claim.resource_version = bump(&claim.resource_version);
+                view.upsert_claim(claim);
+            } else {
+                view.remove_claim(&key.namespace, &key.name);
+            }
+        }
+        Action::OpenUsage { usage } => {
+            if view.usage(&usage.namespace, &usage.name).is_some() {
+                return Err(conflict("GPUUsage", &ObjectRef::new(&usage.namespace, &usage.name), "already exists"));
+            }
+            let mut usage = usage.clone();
+            usage.resource_version = "1".to_owned();
+            if usage.claim_uid.is_empty() {
+                usage.claim_uid = view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.clone()).unwrap_or_default();
+            }
+            view.upsert_usage(usage);
+        }
+        Action::CloseUsage { usage: key, precondition, end } => {
+            let Some(mut usage) = view.usage(&key.namespace, &key.name).cloned() else {
+                return Err(conflict("GPUUsage", key, "not found"));
+            };
+            if usage.resource_version != *precondition {
+                return Err(conflict("GPUUsage", key, "resourceVersion changed"));
+            }
+            usage.end = Some(*end);
+            usage.resource_version = bump(&usage.resource_version);
+            view.upsert_usage(usage);
+        }
+        Action::PinAndUngate { pod: key, precondition, terms, .. } => {
+            let mut pod = pod_at(view, key, precondition)?;
+            pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
+            pod.required_terms = Some(terms.clone());
+            pod.resource_version = bump(&pod.resource_version);
+            view.upsert_pod(pod);
+        }
+        Action::SetPodWaiting { pod: key, precondition, waiting } => {
+            let mut pod = pod_at(view, key, precondition)?;
+            pod.waiting = Some(waiting.clone());
+            pod.resource_version = bump(&pod.resource_version);
+            view.upsert_pod(pod);
+        }
+        Action::PublishClass { class: name, precondition, published } => {
+            let Some(mut class) = view.class(name).cloned() else {
+                return Err(conflict("GPUClass", &ObjectRef::new("", name), "not found"));
+            };
+            if class.resource_version != *precondition {
+                return Err(conflict("GPUClass", &ObjectRef::new("", name), "resourceVersion changed"));
+            }
+            class.published = *published;
+            class.resource_version = bump(&class.resource_version);
+            view.upsert_class(class);
+        }
+        Action::Event { .. } => {}
+    }
+    Ok(())
+}
+
+fn claimed(view: &View, key: &ObjectRef, precondition: &str) -> Result<Claim, Conflict> {
+    let claim = view.claim(&key.namespace, &key.name).ok_or_else(|| conflict("GPUClaim", key, "not found"))?;
+    if claim.resource_version != precondition {
+        return Err(conflict("GPUClaim", key, "resourceVersion changed"));
+    }
+    Ok(claim.clone())
+}
+
+fn pod_at(view: &View, key: &ObjectRef, precondition: &str) -> Result<crate::model::Pod, Conflict> {
+    let pod = view.pod(&key.namespace, &key.name).ok_or_else(|| conflict("Pod", key, "not found"))?;
+    if pod.resource_version != precondition {
+        return Err(conflict("Pod", key, "resourceVersion changed"));
+    }
+    Ok(pod.clone())
+}

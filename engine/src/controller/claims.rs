@@ -1,0 +1,157 @@
+//! Claims on their own: release when a run ends, follow a migration, finalizers, deleting claims, and binding held
+//! claims that wait for a node.
+
+use super::actions::{ClaimStatus, EventKind, ObjectRef};
+use super::reasons::Wait;
+use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, current_status, key_of};
+use crate::model::{Claim, ClaimPhase, GpuMode, VmiPhase};
+
+impl Pass<'_> {
+    /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow.
+    pub(super) fn release_and_follow(&mut self) {
+        let view = self.view;
+        for claim in view.claims() {
+            self.settle_attachment(claim);
+            self.settle_finalizer(claim);
+        }
+    }
+
+    fn settle_attachment(&mut self, claim: &Claim) {
+        let status = current_status(claim);
+        let Some(vmi) = &status.attached_to else {
+            // A template claim that was never attached goes with its run.
+            let owner_alive = claim.owner_vmi.as_ref().is_some_and(|owner| self.run_alive(&claim.namespace, owner));
+            if claim.template && !owner_alive {
+                self.release_template(claim, "its run ended before it was placed");
+            }
+            return;
+        };
+        if !self.run_alive(&claim.namespace, vmi) {
+            if claim.template {
+                self.release_template(claim, &format!("run {:?} ended", vmi.name));
+            } else if !claim.deleting {
+                let detached = ClaimStatus { phase: ClaimPhase::Bound, attached_to: None, pending: None, ..status };
+                self.set_status(claim, detached);
+                let message = format!("detached from ended run {:?}; still held", vmi.name);
+                self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Released", message);
+            }
+            return;
+        }
+        // A completed migration moves the run: its claims follow to the node it runs on now.
+        let running_on = self.view.vmi(&claim.namespace, &vmi.name).filter(|v| v.phase == VmiPhase::Running);
+        if let Some(node) =
+            running_on.and_then(|v| v.node_name.as_deref()).filter(|n| Some(*n) != status.node.as_deref())
+        {
+            let from = status.node.clone().unwrap_or_default();
+            self.set_status(claim, attached_status(node, vmi));
+            let message = format!("followed run {:?} from node {from:?} to {node:?}", vmi.name);
+            self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Moved", message);
+        }
+    }
+
+    fn release_template(&mut self, claim: &Claim, why: &str) {
+        if self.deleted.contains(&key_of(claim)) {
+            return;
+        }
+        if claim.deleting {
+            // Already going (the VMI's garbage collection): only our finalizer holds it.
+            return;
+        }
+        self.delete(claim);
+        let message = format!("template claim released: {why}");
+        self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Released", message);
+    }
+
+    /// Every live claim carries the release finalizer; a deleting claim keeps it only while a run holds it.
+    fn settle_finalizer(&mut self, claim: &Claim) {
+        if self.deleted.contains(&key_of(claim)) {
+            return;
+        }
+        if !claim.deleting {
+            if !claim.finalizer {
+                self.finalizers.insert(key_of(claim), true);
+            }
+            return;
+        }
+        let held = self.status_of(claim).attached_to.is_some_and(|vmi| self.run_alive(&claim.namespace, &vmi));
+        if claim.finalizer && !held {
+            // The claim vanishes once the finalizer is gone: its units with it.
+            let status = self.status_of(claim);
+            self.account(&claim.namespace, &claim.class, claim.count, &status, false);
+            self.statuses.remove(&key_of(claim));
+            self.finalizers.insert(key_of(claim), false);
+        }
+    }
+
+    /// A held claim that needs a node: Pending, or bound to a node that is lost or NotReady while unattached.
+    pub(super) fn needs_node(&self, claim: &Claim) -> bool {
+        if claim.template || claim.deleting || self.deleted.contains(&key_of(claim)) {
+            return false;
+        }
+        let status = self.status_of(claim);
+        if status.attached_to.is_some() {
+            return false;
+        }
+        match &status.node {
+            None => true,
+            Some(node) => self.view.node(node).is_none_or(|n| !n.ready),
+        }
+    }
+
+    /// Binds a held claim to one node (best fit), or records why it waits.
+    pub(super) fn serve_claim(&mut self, claim: &Claim) {
+        if !self.needs_node(claim) {
+            return;
+        }
+        match self.find_node_for_claim(claim) {
+            Ok(node) => {
+                let from = self.status_of(claim).node;
+                let status =
+                    ClaimStatus { phase: ClaimPhase::Bound, node: Some(node.clone()), ..ClaimStatus::default() };
+                self.set_status(claim, status);
+                let message = match from {
+                    Some(lost) => format!("rebound from unavailable node {lost:?} to {node:?}"),
+                    None => format!("bound to node {node:?}"),
+                };
+                self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Bound", message);
+            }
+            Err(wait) => {
+                let status = ClaimStatus {
+                    phase: ClaimPhase::Pending,
+                    node: None,
+                    attached_to: None,
+                    pending: Some(wait.to_reason()),
+                };
+                self.set_status(claim, status);
+            }
+        }
+    }
+
+    fn find_node_for_claim(&self, claim: &Claim) -> Result<String, Wait> {
+        let view = self.view;
+        let class = view.class(&claim.class).ok_or_else(|| Wait::ClassMissing { class: claim.class.clone() })?;
+        let units = u64::from(claim.count);
+        // Its own units, if still counted on a lost node, move rather than add.
+        let own = if self.status_of(claim).node.is_some() { units } else { 0 };
+        self.check_budget(&claim.namespace, &class.name, units, own)?;
+        if class.mode == GpuMode::Vgpu && !view.tenant(&claim.namespace).is_some_and(|t| t.vgpu_entitled) {
+            return Err(Wait::NotEntitled { class: class.name.clone() });
+        }
+        let lost = self.status_of(claim).node;
+        let found = self
+            .candidates(class, units)
+            .take(CANDIDATES_PER_PLACEMENT_MAX)
+            .find(|(_, node)| Some(node) != lost.as_ref())
+            .map(|(_, node)| node);
+        found.ok_or_else(|| self.no_capacity(class, units, "no node has that many free units".to_owned()))
+    }
+
+    pub(super) fn check_budget(&self, namespace: &str, class: &str, units: u64, own: u64) -> Result<(), Wait> {
+        let Some(budget) = self.view.tenant(namespace).and_then(|t| t.budget(class)) else { return Ok(()) };
+        let bound = self.bound_units(namespace, class).saturating_sub(own);
+        if bound + units > budget {
+            return Err(Wait::BudgetExceeded { class: class.to_owned(), units, bound, budget });
+        }
+        Ok(())
+    }
+}

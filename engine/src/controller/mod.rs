@@ -1,0 +1,234 @@
+//! The controller's decisions: one pure, level-triggered pass over the view that returns what to write.
+//!
+//! `reconcile(view, now)` reads only the view and `now`, and returns [`Action`]s in the order they must be
+//! written. It is idempotent: applying its actions and reconciling again yields nothing. Within a pass, decisions
+//! see the ones made before them (units reserved or freed, budget spent, CPU taken by pods just pinned) through
+//! overlays on the view's indexes, so a pass never over-allocates and publishes what the world will be once its
+//! writes land.
+//!
+//! The pass, in order: release ended runs and follow migrations; finalizers and deleting claims; serve waiters
+//! first come, first served (gated pods, and held claims that are Pending or stranded on a lost node); usage
+//! records; published free units.
+
+mod actions;
+mod apply;
+mod claims;
+mod names;
+mod placement;
+mod publish;
+mod reasons;
+mod usage;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use actions::{Action, ClaimStatus, EventKind, ObjectRef};
+pub use apply::{Conflict, apply};
+pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
+pub use reasons::Wait;
+
+use crate::model::{Claim, ClaimPhase, Class, Time, View, VmiRef};
+
+/// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
+/// cost a pass (candidates come best fit first, so the first fitting node is usually among the first few).
+pub const CANDIDATES_PER_PLACEMENT_MAX: usize = 4_096;
+
+/// One reconcile pass: everything the controller decides, given the view and the time.
+pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
+    let mut pass = Pass::new(view, now);
+    pass.release_and_follow();
+    pass.settle_pods();
+    pass.serve_waiters();
+    pass.reconcile_usages();
+    pass.publish();
+    pass.finish()
+}
+
+/// A claim's identity within a pass.
+type ClaimKey = (String, String);
+
+fn key_of(claim: &Claim) -> ClaimKey {
+    (claim.namespace.clone(), claim.name.clone())
+}
+
+/// A template claim this pass creates.
+struct NewClaim {
+    class: String,
+    count: u32,
+    owner: VmiRef,
+    status: ClaimStatus,
+}
+
+struct Pass<'v> {
+    view: &'v View,
+    now: Time,
+    /// Claim statuses this pass writes (only where they differ from the view).
+    statuses: BTreeMap<ClaimKey, ClaimStatus>,
+    /// Finalizer changes this pass writes.
+    finalizers: BTreeMap<ClaimKey, bool>,
+    /// Claims this pass deletes.
+    deleted: BTreeSet<ClaimKey>,
+    /// Template claims this pass creates.
+    created: BTreeMap<ClaimKey, NewClaim>,
+    /// (resource, node) → units this pass frees (+) or takes (−).
+    units: BTreeMap<(String, String), i64>,
+    /// (namespace, class) → bound units this pass adds (+) or releases (−).
+    bound: BTreeMap<(String, String), i64>,
+    /// (namespace, VMI, node, resource) → units of claims attached to the VMI there, added or removed this pass.
+    attached: BTreeMap<(String, String, String, String), i64>,
+    /// node → CPU millis and memory bytes of the pods this pass pins there.
+    pinned: BTreeMap<String, (u64, u64)>,
+    /// (namespace, pod) → the node this pass pins it to.
+    pinned_pods: BTreeMap<(String, String), String>,
+    /// (namespace, pod) → the unit overlay its device counts contributed so far (see `settle_pods`).
+    settled: BTreeMap<(String, String), BTreeMap<(String, String), i64>>,
+    actions: Vec<Action>,
+}
+
+impl<'v> Pass<'v> {
+    fn new(view: &'v View, now: Time) -> Self {
+        Pass {
+            view,
+            now,
+            statuses: BTreeMap::new(),
+            finalizers: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            created: BTreeMap::new(),
+            units: BTreeMap::new(),
+            bound: BTreeMap::new(),
+            attached: BTreeMap::new(),
+            pinned: BTreeMap::new(),
+            pinned_pods: BTreeMap::new(),
+            settled: BTreeMap::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// A claim's status as it stands after the decisions made so far.
+    fn status_of(&self, claim: &Claim) -> ClaimStatus {
+        self.statuses.get(&key_of(claim)).cloned().unwrap_or_else(|| current_status(claim))
+    }
+
+    /// Decides a claim's new status, moving its units, budget and attachment counts with it.
+    fn set_status(&mut self, claim: &Claim, status: ClaimStatus) {
+        let old = self.status_of(claim);
+        self.account(&claim.namespace, &claim.class, claim.count, &old, false);
+        self.account(&claim.namespace, &claim.class, claim.count, &status, true);
+        if status == current_status(claim) {
+            self.statuses.remove(&key_of(claim));
+        } else {
+            self.statuses.insert(key_of(claim), status);
+        }
+    }
+
+    /// Adds (or removes) what a claim in `status` takes: units on its node, budget, units attached to its VMI.
+    fn account(&mut self, namespace: &str, class: &str, count: u32, status: &ClaimStatus, adding: bool) {
+        let Some(node) = &status.node else { return };
+        let delta = if adding { i64::from(count) } else { -i64::from(count) };
+        *self.bound.entry((namespace.to_owned(), class.to_owned())).or_insert(0) += delta;
+        let Some(resource) = self.view.class(class).map(|c| c.resource_name.clone()) else { return };
+        *self.units.entry((resource.clone(), node.clone())).or_insert(0) -= delta;
+        if let Some(vmi) = &status.attached_to {
+            let key = (namespace.to_owned(), vmi.name.clone(), node.clone(), resource);
+            *self.attached.entry(key).or_insert(0) += delta;
+        }
+    }
+
+    /// Deletes a template claim: its finalizer goes first, then the object, and its units with it.
+    fn delete(&mut self, claim: &Claim) {
+        let status = self.status_of(claim);
+        self.account(&claim.namespace, &claim.class, claim.count, &status, false);
+        self.statuses.remove(&key_of(claim));
+        if claim.finalizer {
+            self.finalizers.insert(key_of(claim), false);
+        }
+        self.deleted.insert(key_of(claim));
+    }
+
+    /// Free units of `class` on `node` after this pass's decisions; `None` when the node does not offer it.
+    fn free(&self, class: &Class, node: &str) -> Option<u64> {
+        let indexed = self.view.capacity().free(&class.name, node)?;
+        let delta = self.units.get(&(class.resource_name.clone(), node.to_owned())).copied().unwrap_or(0);
+        Some(indexed.saturating_add_signed(delta))
+    }
+
+    /// Units of `class` the namespace holds on nodes after this pass's decisions.
+    fn bound_units(&self, namespace: &str, class: &str) -> u64 {
+        let indexed = self.view.tenant(namespace).map_or(0, |t| t.units_bound(class));
+        let delta = self.bound.get(&(namespace.to_owned(), class.to_owned())).copied().unwrap_or(0);
+        indexed.saturating_add_signed(delta)
+    }
+
+    /// Whether the run a claim is attached to still holds it: the VMI exists as that run and has not ended.
+    fn run_alive(&self, namespace: &str, vmi: &VmiRef) -> bool {
+        self.view
+            .vmi(namespace, &vmi.name)
+            .is_some_and(|v| (vmi.uid.is_empty() || v.uid == vmi.uid) && !v.phase.is_final())
+    }
+
+    fn event(&mut self, kind: EventKind, object: ObjectRef, reason: &'static str, message: String) {
+        self.actions.push(Action::Event { kind, object, reason, message });
+    }
+
+    /// Turns the decisions into writes, in the order they must be applied.
+    fn finish(mut self) -> Vec<Action> {
+        let mut writes = Vec::new();
+        for ((namespace, name), new) in std::mem::take(&mut self.created) {
+            writes.push(Action::CreateClaim {
+                claim: ObjectRef { namespace, name },
+                class: new.class,
+                count: new.count,
+                owner: new.owner,
+                status: new.status,
+            });
+        }
+        let keys: BTreeSet<ClaimKey> = self.statuses.keys().chain(self.finalizers.keys()).cloned().collect();
+        // Releases before reservations: units a pass frees are free before the claims that take them are written.
+        let mut releasing = Vec::new();
+        let mut reserving = Vec::new();
+        for key in keys {
+            let claim = self.view.claim(&key.0, &key.1).expect("a pass only updates claims it read");
+            let status = self.statuses.remove(&key);
+            let takes = status.as_ref().is_some_and(|s| s.node.is_some() && s.node != claim.node);
+            let update = Action::UpdateClaim {
+                claim: ObjectRef { namespace: key.0, name: key.1 },
+                precondition: claim.resource_version.clone(),
+                finalizer: self.finalizers.get(&key_of(claim)).copied(),
+                status,
+            };
+            if takes { reserving.push(update) } else { releasing.push(update) }
+        }
+        writes.extend(releasing);
+        for (namespace, name) in std::mem::take(&mut self.deleted) {
+            let uid = self.view.claim(&namespace, &name).map(|c| c.uid.clone()).unwrap_or_default();
+            writes.push(Action::DeleteClaim { claim: ObjectRef { namespace, name }, uid });
+        }
+        writes.extend(reserving);
+        let mut rest = std::mem::take(&mut self.actions);
+        rest.sort_by_key(Action::rank);
+        writes.extend(rest);
+        writes
+    }
+}
+
+/// A claim's current status, as the view holds it.
+fn current_status(claim: &Claim) -> ClaimStatus {
+    ClaimStatus {
+        phase: claim.phase,
+        node: claim.node.clone(),
+        attached_to: claim.attached_to.clone(),
+        pending: claim.pending.clone(),
+    }
+}
+
+/// The status of a claim attached to `vmi` on `node`.
+fn attached_status(node: &str, vmi: &VmiRef) -> ClaimStatus {
+    ClaimStatus {
+        phase: ClaimPhase::Attached,
+        node: Some(node.to_owned()),
+        attached_to: Some(vmi.clone()),
+        pending: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,344 @@
+//! Serving the waiters first come, first served: gated pods get their whole set placed on one node (then pinned and
+//! ungated in one update), held claims get bound.
+
+use std::collections::BTreeMap;
+use std::iter::Peekable;
+
+use super::actions::{Action, ClaimStatus, EventKind, ObjectRef};
+use super::names::template_claim_name;
+use super::reasons::Wait;
+use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
+use crate::keys;
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Pod, Time, View, VmiRef};
+use crate::references::parse_attachments;
+use crate::scheduling::{matches_node_selector, matches_required_terms, pin_terms, untolerated_taint};
+
+/// One claim of a pod's set.
+struct Member<'v> {
+    name: String,
+    class: &'v Class,
+    count: u32,
+    /// The stored claim; `None` for a template claim this pass creates.
+    claim: Option<&'v Claim>,
+    /// Where it is bound now (after this pass's decisions so far).
+    node: Option<String>,
+}
+
+/// Units per class a set still needs: class name → (class, units).
+type Need<'c> = BTreeMap<&'c str, (&'c Class, u64)>;
+
+/// Which waiter comes next.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Waiter {
+    Pod,
+    Claim,
+}
+
+impl<'v> Pass<'v> {
+    /// Gated pods and held claims needing a node, oldest first (creation time, then kind, namespace and name). A
+    /// waiter that does not fit does not block the ones behind it.
+    pub(super) fn serve_waiters(&mut self) {
+        let view = self.view;
+        let mut waiters: Vec<(Time, Waiter, &str, &str)> =
+            view.gated_pods().map(|p| (p.created, Waiter::Pod, p.namespace.as_str(), p.name.as_str())).collect();
+        waiters.extend(
+            view.claims()
+                .filter(|c| self.needs_node(c))
+                .map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())),
+        );
+        waiters.sort();
+        for (_, waiter, namespace, name) in waiters {
+            match waiter {
+                Waiter::Pod => self.serve_pod(view.pod(namespace, name).expect("a gated pod is stored")),
+                Waiter::Claim => self.serve_claim(view.claim(namespace, name).expect("a waiting claim is stored")),
+            }
+        }
+    }
+
+    fn serve_pod(&mut self, pod: &Pod) {
+        let Some(vmi) = pod.owner_vmi.as_ref().filter(|vmi| self.run_alive(&pod.namespace, vmi)) else {
+            let name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
+            return self.wait(pod, Wait::VmiMissing { vmi: name });
+        };
+        // The live VMI's uid: a launcher names it, but the attachment must carry it.
+        let vmi = self.view.vmi(&pod.namespace, &vmi.name).map(|v| v.reference()).expect("alive runs are stored");
+        let members = match self.members(pod, &vmi) {
+            Ok(members) => members,
+            Err(wait) => return self.wait(pod, wait),
+        };
+        match self.place(pod, &members) {
+            Ok(node) => self.attach_and_pin(pod, &vmi, &members, &node),
+            Err(wait) => {
+                self.create_missing_templates(pod, &vmi, &members, Some(&wait));
+                self.wait(pod, wait);
+            }
+        }
+    }
+
+    /// Resolves the pod's attachments into its set, refusing what can never be placed as it stands.
+    fn members(&self, pod: &Pod, vmi: &VmiRef) -> Result<Vec<Member<'v>>, Wait> {
+        let view: &'v View = self.view;
+        let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(Wait::NoClaims)?;
+        let attachments = parse_attachments(json).map_err(|e| Wait::MalformedAttachments { detail: e.to_string() })?;
+        if attachments.is_empty() {
+            return Err(Wait::NoClaims);
+        }
+        let mut members = Vec::with_capacity(attachments.len());
+        for attachment in &attachments {
+            let class =
+                view.class(&attachment.class).ok_or_else(|| Wait::ClassMissing { class: attachment.class.clone() })?;
+            let (name, claim) = match (&attachment.claim, attachment.template) {
+                (Some(name), _) => {
+                    let claim = view
+                        .claim(&pod.namespace, name)
+                        .filter(|c| attachment.uid.as_ref().is_none_or(|uid| *uid == c.uid))
+                        .filter(|c| !self.deleted.contains(&key_of(c)))
+                        .ok_or_else(|| Wait::ClaimMissing { claim: name.clone() })?;
+                    if claim.deleting {
+                        return Err(Wait::ClaimDeleting { claim: name.clone() });
+                    }
+                    (name.clone(), Some(claim))
+                }
+                (None, Some(index)) => {
+                    let name = template_claim_name(&vmi.name, index);
+                    let claim = view.claim(&pod.namespace, &name);
+                    if claim.is_some_and(|c| c.owner_vmi.as_ref().is_none_or(|o| o.uid != vmi.uid) || c.deleting) {
+                        return Err(Wait::PreviousRunReleasing { claim: name });
+                    }
+                    (name, claim)
+                }
+                (None, None) => {
+                    return Err(Wait::MalformedAttachments { detail: "an attachment names no claim".into() });
+                }
+            };
+            let node = match claim {
+                Some(claim) => {
+                    let status = self.status_of(claim);
+                    let holder = status.attached_to.as_ref().filter(|h| h.uid != vmi.uid);
+                    if let Some(holder) = holder.filter(|h| self.run_alive(&pod.namespace, h)) {
+                        return Err(Wait::ClaimInUse { claim: name, vmi: holder.name.clone() });
+                    }
+                    status.node
+                }
+                None => None,
+            };
+            members.push(Member { name, class, count: attachment.count, claim, node });
+        }
+        Ok(members)
+    }
+
+    /// Finds the one node where the whole set fits.
+    fn place(&self, pod: &Pod, members: &[Member<'_>]) -> Result<String, Wait> {
+        let mut fixed: Option<(&str, &str)> = None;
+        for member in members {
+            if let Some(node) = member.node.as_deref() {
+                match fixed {
+                    Some((first, first_node)) if first_node != node => {
+                        return Err(Wait::HeldClaimsOnDifferentNodes {
+                            first: format!("{first} on {first_node}"),
+                            second: format!("{} on {node}", member.name),
+                        });
+                    }
+                    Some(_) => {}
+                    None => fixed = Some((&member.name, node)),
+                }
+            }
+        }
+        let need = self.units_needed(pod, members)?;
+        if let Some((_, node)) = fixed {
+            return self
+                .fits(pod, node, &need)
+                .map(|()| node.to_owned())
+                .map_err(|detail| Wait::NodeUnfit { node: node.to_owned(), detail });
+        }
+        // Walk the class needing the most units best fit first; check the rest of the set on each candidate.
+        let (primary, units) = need
+            .values()
+            .max_by_key(|(class, units)| (*units, std::cmp::Reverse(class.name.as_str())))
+            .copied()
+            .ok_or(Wait::NoClaims)?;
+        let mut last_refusal = None;
+        for (_, node) in self.candidates(primary, units).take(CANDIDATES_PER_PLACEMENT_MAX) {
+            match self.fits(pod, &node, &need) {
+                Ok(()) => return Ok(node),
+                Err(detail) => last_refusal = Some(format!("node {node:?}: {detail}")),
+            }
+        }
+        let summary =
+            need.iter().map(|(class, (_, units))| format!("{units} × {class}")).collect::<Vec<_>>().join(" + ");
+        let detail = match last_refusal {
+            Some(refusal) => format!("no node takes {summary} with the pod (last tried {refusal})"),
+            None => format!("no node has {summary} free"),
+        };
+        Err(self.no_capacity(primary, units, detail))
+    }
+
+    /// Units per class the set still needs on its node (members not bound yet), within budget and entitlement.
+    fn units_needed<'c>(&self, pod: &Pod, members: &[Member<'c>]) -> Result<Need<'c>, Wait> {
+        let mut need: Need<'c> = BTreeMap::new();
+        for member in members.iter().filter(|m| m.node.is_none()) {
+            need.entry(member.class.name.as_str()).or_insert((member.class, 0)).1 += u64::from(member.count);
+        }
+        let entitled = self.view.tenant(&pod.namespace).is_some_and(|t| t.vgpu_entitled);
+        for (class, units) in need.values() {
+            self.check_budget(&pod.namespace, &class.name, *units, 0)?;
+            if class.mode == GpuMode::Vgpu && !entitled {
+                return Err(Wait::NotEntitled { class: class.name.clone() });
+            }
+        }
+        Ok(need)
+    }
+
+    /// Whether `node` takes the pod with `need` units: the scheduler's filters, on the state after this pass's
+    /// decisions. Returns what does not fit.
+    fn fits(&self, pod: &Pod, node_name: &str, need: &Need<'_>) -> Result<(), String> {
+        let node = self.view.node(node_name).ok_or("the node is gone")?;
+        if !node.ready {
+            return Err("the node is not Ready".into());
+        }
+        if node.unschedulable {
+            return Err("the node is cordoned".into());
+        }
+        for (class, units) in need.values() {
+            let free = self.free(class, node_name).unwrap_or(0);
+            if free < *units {
+                return Err(format!("{free} of the {units} units of {} it needs are free", class.name));
+            }
+        }
+        if !matches_node_selector(&pod.node_selector, &node.labels) {
+            return Err("the pod's nodeSelector does not match".into());
+        }
+        if pod.required_terms.as_ref().is_some_and(|terms| !matches_required_terms(terms, node_name, &node.labels)) {
+            return Err("the pod's required node affinity does not match".into());
+        }
+        if let Some(taint) = untolerated_taint(&pod.tolerations, &node.taints) {
+            return Err(format!("taint {}:{} is not tolerated", taint.key, taint.effect));
+        }
+        let load = self.view.capacity().load(node_name);
+        let (pinned_cpu, pinned_memory) = self.pinned.get(node_name).copied().unwrap_or((0, 0));
+        let cpu_used = load.map_or(0, |l| l.cpu_millis) + pinned_cpu;
+        let memory_used = load.map_or(0, |l| l.memory_bytes) + pinned_memory;
+        if cpu_used + pod.cpu_millis > node.cpu_millis {
+            return Err("Insufficient cpu".into());
+        }
+        if memory_used + pod.memory_bytes > node.memory_bytes {
+            return Err("Insufficient memory".into());
+        }
+        // Devices outside GPU classes (KubeVirt's kvm, tun, vhost-net) are plentiful; only their presence is checked.
+        for (resource, units) in &pod.devices {
+            let class_resource = self.view.capacity().classes_of(resource).next().is_some();
+            if !class_resource && node.devices.get(resource).copied().unwrap_or(0) < *units {
+                return Err(format!("Insufficient {resource}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds and attaches the whole set on `node`, then pins and ungates the pod in one update.
+    fn attach_and_pin(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'_>], node: &str) {
+        for member in members {
+            match member.claim {
+                Some(claim) => self.set_status(claim, attached_status(node, vmi)),
+                None => {
+                    let status = attached_status(node, vmi);
+                    self.account(&pod.namespace, &member.class.name, member.count, &status, true);
+                    self.created.insert(
+                        (pod.namespace.clone(), member.name.clone()),
+                        NewClaim { class: member.class.name.clone(), count: member.count, owner: vmi.clone(), status },
+                    );
+                }
+            }
+        }
+        self.pinned_pods.insert((pod.namespace.clone(), pod.name.clone()), node.to_owned());
+        let pinned = self.pinned.entry(node.to_owned()).or_insert((0, 0));
+        pinned.0 += pod.cpu_millis;
+        pinned.1 += pod.memory_bytes;
+        self.actions.push(Action::PinAndUngate {
+            pod: ObjectRef::new(&pod.namespace, &pod.name),
+            precondition: pod.resource_version.clone(),
+            node: node.to_owned(),
+            terms: pin_terms(pod.required_terms.as_deref(), node),
+        });
+        let units: u32 = members.iter().map(|m| m.count).sum();
+        let message = format!("placed on node {node:?} with {units} GPU units of {} claims", members.len());
+        self.event(EventKind::Pod, ObjectRef::new(&pod.namespace, &pod.name), "Placed", message);
+    }
+
+    /// Template claims exist while their run waits, Pending with the pod's reason.
+    fn create_missing_templates(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'_>], wait: Option<&Wait>) {
+        for member in members.iter().filter(|m| m.claim.is_none()) {
+            let status = ClaimStatus {
+                phase: ClaimPhase::Pending,
+                node: None,
+                attached_to: None,
+                pending: wait.map(Wait::to_reason),
+            };
+            let new = NewClaim { class: member.class.name.clone(), count: member.count, owner: vmi.clone(), status };
+            self.created.insert((pod.namespace.clone(), member.name.clone()), new);
+        }
+    }
+
+    /// Records why the pod waits (only when that changed).
+    fn wait(&mut self, pod: &Pod, wait: Wait) {
+        let reason = wait.to_reason();
+        if pod.waiting.as_ref() != Some(&reason) {
+            self.actions.push(Action::SetPodWaiting {
+                pod: ObjectRef::new(&pod.namespace, &pod.name),
+                precondition: pod.resource_version.clone(),
+                waiting: reason,
+            });
+        }
+    }
+
+    /// `NeverFits` when no node could ever hold that many units of the class, else `NoCapacity`.
+    pub(super) fn no_capacity(&self, class: &Class, units: u64, detail: String) -> Wait {
+        let largest = self.view.capacity().largest_allocatable(&class.name);
+        if self.view.capacity().node_count(&class.name) > 0 && units > largest {
+            return Wait::NeverFits { class: class.name.clone(), units, largest };
+        }
+        Wait::NoCapacity { detail }
+    }
+
+    /// Nodes offering `class` with at least `units` free after this pass's decisions, fewest free first, then by
+    /// name: the index's order, with the nodes this pass touched re-sorted by what they will have.
+    pub(super) fn candidates<'a>(&'a self, class: &'a Class, units: u64) -> impl Iterator<Item = (u64, String)> + 'a {
+        let resource = class.resource_name.as_str();
+        let touched: Vec<&str> = self
+            .units
+            .range((resource.to_owned(), String::new())..)
+            .take_while(|((r, _), _)| r == resource)
+            .map(|((_, node), _)| node.as_str())
+            .collect();
+        let mut adjusted: Vec<(u64, String)> = touched
+            .iter()
+            .filter_map(|node| self.free(class, node).map(|free| (free, (*node).to_owned())))
+            .filter(|(free, _)| *free >= units)
+            .collect();
+        adjusted.sort();
+        let indexed = self
+            .view
+            .capacity()
+            .candidates(&class.name, units)
+            .filter(move |(_, node)| !touched.contains(node))
+            .map(|(free, node)| (free, node.to_owned()));
+        Merge { a: adjusted.into_iter().peekable(), b: indexed.peekable() }
+    }
+}
+
+/// Merges two ascending streams.
+struct Merge<A: Iterator, B: Iterator> {
+    a: Peekable<A>,
+    b: Peekable<B>,
+}
+
+impl<T: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Merge<A, B> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) if a <= b => self.a.next(),
+            (Some(_), None) => self.a.next(),
+            _ => self.b.next(),
+        }
+    }
+}

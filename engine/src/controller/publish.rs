@@ -1,0 +1,102 @@
+//! Settling the devices pods count once claims move, and publishing each class's free units as they will be.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Pass;
+use super::actions::Action;
+use crate::model::{Published, occupied_node};
+
+impl Pass<'_> {
+    /// A VMI's pods count the devices its claims on their node do not: when this pass moves or attaches claims,
+    /// those counts change too (a migration target stops counting once the claims follow it; the source launcher
+    /// starts counting until it exits). Brings the unit overlay in step; safe to call again.
+    pub(super) fn settle_pods(&mut self) {
+        let view = self.view;
+        let vmis: BTreeSet<(String, String)> = self
+            .attached
+            .iter()
+            .filter(|(_, d)| **d != 0)
+            .map(|((ns, vmi, _, _), _)| (ns.clone(), vmi.clone()))
+            .collect();
+        for (namespace, vmi) in vmis {
+            for pod in view.vmi_pods(&namespace, &vmi) {
+                let node = self
+                    .pinned_pods
+                    .get(&(namespace.clone(), pod.name.clone()))
+                    .cloned()
+                    .or_else(|| occupied_node(pod).map(str::to_owned));
+                let mut wanted: BTreeMap<(String, String), i64> = BTreeMap::new();
+                if let Some((old_node, devices)) = view.counted_devices(&namespace, &pod.name) {
+                    for (resource, units) in devices {
+                        *wanted.entry((resource.clone(), old_node.to_owned())).or_insert(0) += *units as i64;
+                    }
+                }
+                if let Some(node) = node {
+                    for (resource, units) in &pod.devices {
+                        let covered = self.covered_after(&namespace, &vmi, &node, resource);
+                        let counted = units.saturating_sub(covered);
+                        *wanted.entry((resource.clone(), node.clone())).or_insert(0) -= counted as i64;
+                    }
+                }
+                let key = (namespace.clone(), pod.name.clone());
+                let applied = self.settled.remove(&key).unwrap_or_default();
+                for (slot, delta) in &wanted {
+                    let before = applied.get(slot).copied().unwrap_or(0);
+                    *self.units.entry(slot.clone()).or_insert(0) += delta - before;
+                }
+                for (slot, before) in &applied {
+                    if !wanted.contains_key(slot) {
+                        *self.units.entry(slot.clone()).or_insert(0) -= before;
+                    }
+                }
+                self.settled.insert(key, wanted);
+            }
+        }
+    }
+
+    /// Units per resource the VMI's claims cover on `node` once this pass's writes land.
+    fn covered_after(&self, namespace: &str, vmi: &str, node: &str, resource: &str) -> u64 {
+        let indexed =
+            self.view.vmi_claim_units(namespace, vmi, node).and_then(|u| u.get(resource)).copied().unwrap_or(0);
+        let key = (namespace.to_owned(), vmi.to_owned(), node.to_owned(), resource.to_owned());
+        indexed.saturating_add_signed(self.attached.get(&key).copied().unwrap_or(0))
+    }
+
+    /// Writes each class's published units where they differ from what its status says.
+    pub(super) fn publish(&mut self) {
+        self.settle_pods();
+        let view = self.view;
+        for class in view.classes() {
+            let published = self.published(&class.name, &class.resource_name);
+            if published != class.published {
+                self.actions.push(Action::PublishClass {
+                    class: class.name.clone(),
+                    precondition: class.resource_version.clone(),
+                    published,
+                });
+            }
+        }
+    }
+
+    /// The class's units once this pass's writes land: the index's figures, corrected on the nodes this pass
+    /// touched.
+    fn published(&self, class: &str, resource: &str) -> Published {
+        let capacity = self.view.capacity();
+        let mut published = capacity.published(class);
+        let mut touched = BTreeSet::new();
+        let mut largest_touched = 0;
+        let slots = self.units.range((resource.to_owned(), String::new())..).take_while(|((r, _), _)| r == resource);
+        for ((_, node), delta) in slots {
+            let Some(indexed) = capacity.free(class, node) else { continue };
+            let free = indexed.saturating_add_signed(*delta);
+            published.free_units = (published.free_units + free).saturating_sub(indexed);
+            largest_touched = largest_touched.max(free);
+            touched.insert(node.as_str());
+        }
+        // The largest untouched node: walk the index from the top past the touched ones.
+        let largest_untouched =
+            capacity.most_free_first(class).find(|(_, node)| !touched.contains(node)).map_or(0, |(free, _)| free);
+        published.largest_free_on_node = largest_touched.max(largest_untouched);
+        published
+    }
+}

@@ -1,0 +1,120 @@
+//! Why a pod or a claim waits: an enum whose reason word and message are stable, written as conditions.
+
+use std::fmt;
+
+use crate::model::Reason;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The pod's VMI is gone or is another run.
+    VmiMissing {
+        vmi: String,
+    },
+    NoClaims,
+    MalformedAttachments {
+        detail: String,
+    },
+    ClassMissing {
+        class: String,
+    },
+    ClaimMissing {
+        claim: String,
+    },
+    ClaimDeleting {
+        claim: String,
+    },
+    ClaimInUse {
+        claim: String,
+        vmi: String,
+    },
+    /// A template claim of the same name still belongs to the previous run of the VM.
+    PreviousRunReleasing {
+        claim: String,
+    },
+    HeldClaimsOnDifferentNodes {
+        first: String,
+        second: String,
+    },
+    BudgetExceeded {
+        class: String,
+        units: u64,
+        bound: u64,
+        budget: u64,
+    },
+    NotEntitled {
+        class: String,
+    },
+    /// More units of one class than any node has: no amount of waiting helps.
+    NeverFits {
+        class: String,
+        units: u64,
+        largest: u64,
+    },
+    /// No node has the units together with what the pod needs; retried when capacity changes.
+    NoCapacity {
+        detail: String,
+    },
+    /// The node the set is bound to cannot take the pod now.
+    NodeUnfit {
+        node: String,
+        detail: String,
+    },
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Wait::*;
+        match self {
+            VmiMissing { vmi } => write!(f, "VMI {vmi:?} of this pod is gone"),
+            NoClaims => write!(f, "the pod lists no GPU claims"),
+            MalformedAttachments { detail } => write!(f, "the attachments annotation cannot be read: {detail}"),
+            ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
+            ClaimMissing { claim } => write!(f, "GPU claim {claim:?} does not exist (or is another claim now)"),
+            ClaimDeleting { claim } => write!(f, "GPU claim {claim:?} is being deleted"),
+            ClaimInUse { claim, vmi } => write!(f, "GPU claim {claim:?} is in use by VMI {vmi:?}"),
+            PreviousRunReleasing { claim } => {
+                write!(f, "template claim {claim:?} of the previous run is still being released")
+            }
+            HeldClaimsOnDifferentNodes { first, second } => {
+                write!(f, "held GPU claims are bound to different nodes ({first:?} and {second:?})")
+            }
+            BudgetExceeded { class, units, bound, budget } => write!(
+                f,
+                "{units} more units of GPU class {class:?} would exceed the namespace's budget ({bound} of {budget} \
+                 bound)"
+            ),
+            NotEntitled { class } => write!(f, "GPU class {class:?} is a vGPU class and the namespace is not entitled"),
+            NeverFits { class, units, largest } => {
+                write!(f, "{units} units of GPU class {class:?} can never fit: no node has more than {largest}")
+            }
+            NoCapacity { detail } => write!(f, "waiting for capacity: {detail}"),
+            NodeUnfit { node, detail } => write!(f, "node {node:?} holds the claims but cannot take the pod: {detail}"),
+        }
+    }
+}
+
+impl Wait {
+    pub fn reason(&self) -> &'static str {
+        use Wait::*;
+        match self {
+            VmiMissing { .. } => "VMIMissing",
+            NoClaims => "NoClaims",
+            MalformedAttachments { .. } => "MalformedAttachments",
+            ClassMissing { .. } => "ClassMissing",
+            ClaimMissing { .. } => "ClaimMissing",
+            ClaimDeleting { .. } => "ClaimDeleting",
+            ClaimInUse { .. } => "ClaimInUse",
+            PreviousRunReleasing { .. } => "PreviousRunReleasing",
+            HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
+            BudgetExceeded { .. } => "BudgetExceeded",
+            NotEntitled { .. } => "NotEntitled",
+            NeverFits { .. } => "NeverFits",
+            NoCapacity { .. } => "NoCapacity",
+            NodeUnfit { .. } => "NodeUnfit",
+        }
+    }
+
+    pub fn to_reason(&self) -> Reason {
+        Reason { reason: self.reason().to_owned(), message: self.to_string() }
+    }
+}

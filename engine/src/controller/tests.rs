@@ -1,0 +1,389 @@
+//! The reconciler, decision by decision, on small worlds; each test also checks that one more pass after applying
+//! the actions yields nothing.
+
+use super::*;
+use crate::fixtures::{self, gated_launcher, gpu_node, held_claim, vmi};
+use crate::model::{Claim, ClaimPhase, GpuMode, Published, Reason, Time, View, VmiPhase};
+
+const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+
+fn at(seconds: i64) -> Time {
+    Time::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+/// Reconciles and applies until nothing is left to do; returns every action, pass by pass.
+fn settle(view: &mut View, now: Time) -> Vec<Vec<Action>> {
+    let mut passes = Vec::new();
+    for _ in 0..8 {
+        let actions = reconcile(view, now);
+        if actions.is_empty() {
+            return passes;
+        }
+        apply(view, &actions, now).expect("the pass's own writes apply");
+        passes.push(actions);
+    }
+    panic!("reconcile did not settle in 8 passes: {passes:#?}");
+}
+
+/// Two H100 nodes (8 and 4 units), one class, one tenant with budget 8.
+fn world() -> View {
+    let mut view = View::default();
+    view.upsert_class(fixtures::class("h100", H100, GpuMode::Passthrough, 8, 0));
+    view.upsert_node(gpu_node("gpu-1", H100, 8));
+    view.upsert_node(gpu_node("gpu-2", H100, 4));
+    view.set_vgpu_entitled("tenant-a", false);
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 8)].into());
+    view
+}
+
+#[test]
+fn a_gated_launcher_with_a_template_claim_is_placed_pinned_and_ungated_in_one_pass() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":3}]"#, H100, 3, at(0)));
+    let passes = settle(&mut view, at(1));
+    assert_eq!(passes.len(), 1, "one pass does it all: {passes:#?}");
+    let claim = view.claim("tenant-a", "vm-1-gpu-0").expect("the template claim exists");
+    assert_eq!(
+        (claim.phase, claim.node.as_deref()),
+        (ClaimPhase::Attached, Some("gpu-2")),
+        "best fit: 4 free > 8 free"
+    );
+    let pod = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
+    assert!(pod.scheduling_gates.is_empty());
+    assert_eq!(crate::scheduling::is_pinned_to(pod.required_terms.as_deref().unwrap()), Some("gpu-2"));
+    assert_eq!(view.open_usages().count(), 1);
+    assert_eq!(view.class("h100").unwrap().published.largest_free_on_node, 8);
+    assert_eq!(view.class("h100").unwrap().published.free_units, 9);
+}
+
+fn reason_of(view: &View, namespace: &str, claim: &str) -> String {
+    view.claim(namespace, claim).and_then(|c| c.pending.clone()).map(|r| r.reason).unwrap_or_default()
+}
+
+fn pod_reason(view: &View, pod: &str) -> Option<Reason> {
+    view.pod("tenant-a", pod).and_then(|p| p.waiting.clone())
+}
+
+fn claim_at(view: &mut View, claim: Claim, created: i64) {
+    let mut claim = claim;
+    claim.created = at(created);
+    view.upsert_claim(claim);
+}
+
+#[test]
+fn held_claims_are_bound_best_fit_first_come_first_served() {
+    let mut view = world();
+    claim_at(&mut view, held_claim("tenant-a", "second", "h100", 4), 2);
+    claim_at(&mut view, held_claim("tenant-a", "first", "h100", 4), 1);
+    claim_at(&mut view, held_claim("tenant-a", "third", "h100", 1), 3);
+    let passes = settle(&mut view, at(5));
+    assert_eq!(passes.len(), 1);
+    // "first" takes the 4-unit node exactly (best fit), "second" then fits only gpu-1.
+    assert_eq!(view.claim("tenant-a", "first").unwrap().node.as_deref(), Some("gpu-2"));
+    assert_eq!(view.claim("tenant-a", "second").unwrap().node.as_deref(), Some("gpu-1"));
+    // The budget of 8 is spent: the third waits with the reason, not the capacity.
+    assert_eq!(view.claim("tenant-a", "third").unwrap().phase, ClaimPhase::Pending);
+    assert_eq!(reason_of(&view, "tenant-a", "third"), "BudgetExceeded");
+    assert_eq!(
+        view.claim("tenant-a", "third").unwrap().pending.as_ref().unwrap().message,
+        r#"1 more units of GPU class "h100" would exceed the namespace's budget (8 of 8 bound)"#
+    );
+    assert_eq!(
+        view.class("h100").unwrap().published,
+        Published { allocatable_units: 12, free_units: 4, largest_free_on_node: 4 }
+    );
+}
+
+#[test]
+fn a_held_claim_waits_with_its_reason() {
+    let mut view = world();
+    view.upsert_class(fixtures::class("a10", "nvidia.com/A10-12Q", GpuMode::Vgpu, 4, 0));
+    let mut huge = fixtures::class("huge", H100, GpuMode::Passthrough, 16, 0);
+    huge.name = "huge".into();
+    view.upsert_class(huge);
+    claim_at(&mut view, held_claim("tenant-a", "ghost", "l40", 1), 1);
+    claim_at(&mut view, held_claim("tenant-a", "vgpu", "a10", 1), 2);
+    claim_at(&mut view, held_claim("tenant-a", "nine", "huge", 9), 3);
+    claim_at(&mut view, held_claim("tenant-b", "five", "h100", 5), 4);
+    claim_at(&mut view, held_claim("tenant-b", "six", "h100", 5), 5);
+    settle(&mut view, at(6));
+    assert_eq!(reason_of(&view, "tenant-a", "ghost"), "ClassMissing");
+    assert_eq!(reason_of(&view, "tenant-a", "vgpu"), "NotEntitled");
+    assert_eq!(reason_of(&view, "tenant-a", "nine"), "NeverFits");
+    assert_eq!(view.claim("tenant-b", "five").unwrap().node.as_deref(), Some("gpu-1"));
+    assert_eq!(reason_of(&view, "tenant-b", "six"), "NoCapacity");
+    let six = view.claim("tenant-b", "six").unwrap().pending.clone().unwrap();
+    assert_eq!(six.message, "waiting for capacity: no node has that many free units");
+}
+
+#[test]
+fn a_set_with_a_bound_held_claim_goes_to_its_node_or_says_why_not() {
+    let mut view = world();
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "train-a", "h100", 2), "gpu-2"), 0);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"claim":"train-a","class":"h100","count":2},{"template":0,"class":"h100","count":3}]"#;
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 5, at(1)));
+    settle(&mut view, at(2));
+    // gpu-2 has 4 units: 2 held + 3 more do not fit there, though gpu-1 has 8 free.
+    let waiting = pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap();
+    assert_eq!(waiting.reason, "NodeUnfit");
+    assert_eq!(
+        waiting.message,
+        r#"node "gpu-2" holds the claims but cannot take the pod: 2 of the 3 units of h100 it needs are free"#
+    );
+    assert_eq!(reason_of(&view, "tenant-a", "vm-1-gpu-0"), "NodeUnfit", "the template claim waits with the pod");
+}
+
+#[test]
+fn the_whole_set_lands_on_the_node_of_its_held_claim() {
+    let mut view = world();
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "train-a", "h100", 1), "gpu-1"), 0);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#;
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(1)));
+    let passes = settle(&mut view, at(2));
+    assert_eq!(passes.len(), 1);
+    for claim in ["train-a", "vm-1-gpu-0"] {
+        let claim = view.claim("tenant-a", claim).unwrap();
+        assert_eq!((claim.phase, claim.node.as_deref()), (ClaimPhase::Attached, Some("gpu-1")));
+        assert_eq!(claim.attached_to.as_ref().unwrap().uid, "uid-vmi-vm-1");
+    }
+    assert_eq!(view.open_usages().count(), 2);
+}
+
+#[test]
+fn held_claims_on_two_nodes_keep_the_pod_waiting() {
+    let mut view = world();
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "a", "h100", 1), "gpu-1"), 0);
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "b", "h100", 1), "gpu-2"), 0);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"claim":"a","class":"h100","count":1},{"claim":"b","class":"h100","count":1}]"#;
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 2, at(1)));
+    settle(&mut view, at(2));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "HeldClaimsOnDifferentNodes");
+}
+
+#[test]
+fn waiting_pods_are_served_first_come_first_served() {
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 100)].into());
+    for (vm, created) in [("vm-b", 1), ("vm-a", 2)] {
+        view.upsert_vmi(vmi("tenant-a", vm, VmiPhase::Scheduling, None));
+        let attachments = r#"[{"template":0,"class":"h100","count":8}]"#;
+        view.upsert_pod(gated_launcher("tenant-a", vm, attachments, H100, 8, at(created)));
+    }
+    settle(&mut view, at(3));
+    assert_eq!(view.claim("tenant-a", "vm-b-gpu-0").unwrap().node.as_deref(), Some("gpu-1"), "the older pod wins");
+    let waiting = pod_reason(&view, "virt-launcher-vm-a-abcde").unwrap();
+    assert_eq!(
+        (waiting.reason.as_str(), waiting.message.as_str()),
+        ("NoCapacity", "waiting for capacity: no node has 8 × h100 free")
+    );
+}
+
+#[test]
+fn a_template_set_over_budget_waits_and_its_claims_wait_with_it() {
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 2)].into());
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":3}]"#, H100, 3, at(1)));
+    settle(&mut view, at(2));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "BudgetExceeded");
+    let claim = view.claim("tenant-a", "vm-1-gpu-0").unwrap();
+    assert_eq!((claim.phase, claim.template), (ClaimPhase::Pending, true));
+    assert_eq!(claim.owner_vmi.as_ref().unwrap().uid, "uid-vmi-vm-1");
+    // Budget raised: the next pass places it.
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 3)].into());
+    settle(&mut view, at(3));
+    assert_eq!(view.claim("tenant-a", "vm-1-gpu-0").unwrap().phase, ClaimPhase::Attached);
+}
+
+#[test]
+fn cpu_and_taints_are_checked_like_the_scheduler() {
+    let mut view = world();
+    let mut small = gpu_node("gpu-0", H100, 4);
+    small.cpu_millis = 2_000; // the launcher asks for 4 CPUs
+    view.upsert_node(small);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":4}]"#, H100, 4, at(1));
+    pod.tolerations.clear(); // without the class toleration, no GPU node takes it
+    view.upsert_pod(pod.clone());
+    settle(&mut view, at(2));
+    let waiting = pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap();
+    assert!(waiting.message.contains(&format!("taint {H100}:NoSchedule is not tolerated")), "{}", waiting.message);
+    pod.tolerations.push(fixtures::gpu_toleration(H100));
+    pod.resource_version = view.pod("tenant-a", &pod.name).unwrap().resource_version.clone();
+    view.upsert_pod(pod);
+    settle(&mut view, at(3));
+    // gpu-0 is the best fit by units but has too little CPU; gpu-2 is next.
+    assert_eq!(view.claim("tenant-a", "vm-1-gpu-0").unwrap().node.as_deref(), Some("gpu-2"));
+}
+
+#[test]
+fn the_pin_is_appended_to_kubevirts_existing_term() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1)));
+    let actions = reconcile(&view, at(2));
+    let Some(Action::PinAndUngate { terms, node, .. }) =
+        actions.iter().find(|a| matches!(a, Action::PinAndUngate { .. }))
+    else {
+        panic!("no pin in {actions:#?}")
+    };
+    assert_eq!(node, "gpu-2");
+    assert_eq!(terms.len(), 1, "a second term would be refused while gated");
+    let expressions = terms[0].match_expressions.as_ref().unwrap();
+    assert_eq!(expressions[0].key, "node-labeller.kubevirt.io/obsolete-host-model");
+    let fields = terms[0].match_fields.as_ref().unwrap();
+    assert_eq!(
+        (fields[0].key.as_str(), fields[0].values.as_deref()),
+        ("metadata.name", Some(&["gpu-2".to_owned()][..]))
+    );
+    // Claims are written before the pod: a pod is never pinned to a node its claims do not hold.
+    let claim_write = actions.iter().position(|a| matches!(a, Action::CreateClaim { .. })).unwrap();
+    let pin = actions.iter().position(|a| matches!(a, Action::PinAndUngate { .. })).unwrap();
+    assert!(claim_write < pin);
+}
+
+/// A run placed on gpu-1 with a held claim and a template claim, its launcher bound and running there.
+fn running_world() -> View {
+    let mut view = world();
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "train-a", "h100", 1), "gpu-1"), 0);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"claim":"train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#;
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(1)));
+    settle(&mut view, at(2));
+    let mut pod = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap().clone();
+    pod.node_name = Some("gpu-1".into());
+    pod.phase = crate::model::PodPhase::Running;
+    view.upsert_pod(pod);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Running, Some("gpu-1")));
+    assert!(settle(&mut view, at(3)).is_empty(), "a running launcher changes nothing: its devices are its claims'");
+    view
+}
+
+#[test]
+fn an_ended_run_gives_back_its_claims_and_closes_its_records() {
+    let mut view = running_world();
+    assert_eq!(view.class("h100").unwrap().published.free_units, 9);
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Succeeded, Some("gpu-1")));
+    let mut launcher = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap().clone();
+    launcher.phase = crate::model::PodPhase::Succeeded;
+    view.upsert_pod(launcher);
+    let passes = settle(&mut view, at(100));
+    assert_eq!(passes.len(), 1, "{passes:#?}");
+    assert!(view.claim("tenant-a", "vm-1-gpu-0").is_none(), "the template claim went");
+    let held = view.claim("tenant-a", "train-a").unwrap();
+    assert_eq!((held.phase, held.node.as_deref(), held.attached_to.clone()), (ClaimPhase::Bound, Some("gpu-1"), None));
+    assert_eq!(view.open_usages().count(), 0);
+    let ended: Vec<_> = view.usages().filter(|u| u.claim == "train-a").map(|u| (u.start, u.end)).collect();
+    assert_eq!(ended, [(at(2), Some(at(100)))]);
+    // The held unit stays reserved; the template's two come back.
+    assert_eq!(view.class("h100").unwrap().published.free_units, 11);
+}
+
+#[test]
+fn deleting_an_attached_claim_waits_for_its_run() {
+    let mut view = running_world();
+    let mut held = view.claim("tenant-a", "train-a").unwrap().clone();
+    held.deleting = true;
+    view.upsert_claim(held);
+    assert!(settle(&mut view, at(10)).is_empty(), "the finalizer holds while the run does");
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Failed, Some("gpu-1")));
+    settle(&mut view, at(20));
+    assert!(view.claim("tenant-a", "train-a").is_none(), "the finalizer let go once the run ended");
+}
+
+#[test]
+fn claims_follow_a_completed_migration() {
+    let mut view = running_world();
+    // The migration target ran on gpu-2 (not gated: KubeVirt deletes targets that stay pending).
+    let mut target = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap().clone();
+    target.name = "virt-launcher-vm-1-target".into();
+    target.labels.insert(crate::keys::kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration".into());
+    target.node_name = Some("gpu-2".into());
+    target.required_terms = None;
+    view.upsert_pod(target);
+    assert_eq!(view.capacity().free("h100", "gpu-2"), Some(1), "the target's devices count until the claims follow");
+    settle(&mut view, at(50));
+    assert_eq!(view.claim("tenant-a", "train-a").unwrap().node.as_deref(), Some("gpu-1"), "no move before completion");
+    assert_eq!(view.class("h100").unwrap().published.free_units, 6, "the target's devices are published as taken");
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Running, Some("gpu-2")));
+    let passes = settle(&mut view, at(60));
+    assert_eq!(passes.len(), 1, "{passes:#?}");
+    for claim in ["train-a", "vm-1-gpu-0"] {
+        assert_eq!(view.claim("tenant-a", claim).unwrap().node.as_deref(), Some("gpu-2"));
+    }
+    let open: Vec<_> = view.open_usages().map(|u| (u.claim.clone(), u.node.clone(), u.start)).collect();
+    assert_eq!(open, [("train-a".into(), "gpu-2".into(), at(60)), ("vm-1-gpu-0".into(), "gpu-2".into(), at(60))]);
+    // The source launcher still holds its devices until it exits.
+    assert_eq!(view.capacity().free("h100", "gpu-1"), Some(5));
+    assert_eq!(view.capacity().free("h100", "gpu-2"), Some(1));
+}
+
+#[test]
+fn an_unattached_claim_on_a_lost_node_is_rebound() {
+    let mut view = world();
+    claim_at(&mut view, fixtures::bound(held_claim("tenant-a", "train-a", "h100", 2), "gpu-2"), 0);
+    view.remove_node("gpu-2");
+    settle(&mut view, at(1));
+    assert_eq!(view.claim("tenant-a", "train-a").unwrap().node.as_deref(), Some("gpu-1"));
+    let mut not_ready = gpu_node("gpu-2", H100, 4);
+    not_ready.ready = false;
+    view.upsert_node(not_ready);
+    let mut gpu1 = view.node("gpu-1").unwrap().clone();
+    gpu1.ready = false;
+    view.upsert_node(gpu1);
+    settle(&mut view, at(2));
+    let claim = view.claim("tenant-a", "train-a").unwrap();
+    assert_eq!((claim.phase, claim.node.clone()), (ClaimPhase::Pending, None), "nowhere to go: it waits");
+    assert_eq!(reason_of(&view, "tenant-a", "train-a"), "NoCapacity");
+}
+
+#[test]
+fn devices_of_pods_outside_claims_are_taken() {
+    let mut view = world();
+    let mut raw = fixtures::gated_launcher("tenant-a", "raw", "[]", H100, 3, at(0));
+    raw.labels.remove(crate::keys::LABEL_CLAIMS);
+    raw.scheduling_gates.clear();
+    raw.node_name = Some("gpu-1".into());
+    raw.phase = crate::model::PodPhase::Running;
+    view.upsert_pod(raw);
+    settle(&mut view, at(1));
+    assert_eq!(
+        view.class("h100").unwrap().published,
+        Published { allocatable_units: 12, free_units: 9, largest_free_on_node: 5 }
+    );
+}
+
+#[test]
+fn a_template_claim_of_a_run_that_ended_before_placement_goes() {
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 0)].into());
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1)));
+    settle(&mut view, at(2));
+    assert!(view.claim("tenant-a", "vm-1-gpu-0").is_some());
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Failed, None));
+    settle(&mut view, at(3));
+    assert!(view.claim("tenant-a", "vm-1-gpu-0").is_none());
+}
+
+#[test]
+fn every_claim_gets_the_release_finalizer() {
+    let mut view = world();
+    let mut claim = fixtures::bound(held_claim("tenant-a", "train-a", "h100", 1), "gpu-1");
+    claim.finalizer = false;
+    view.upsert_claim(claim);
+    let actions = reconcile(&view, at(1));
+    assert!(matches!(&actions[0], Action::UpdateClaim { finalizer: Some(true), status: None, .. }), "{actions:#?}");
+}
+
+#[test]
+fn a_pod_whose_run_is_gone_says_so() {
+    let mut view = world();
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1)));
+    settle(&mut view, at(2));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "VMIMissing");
+}
