@@ -7,12 +7,17 @@ use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, current_status,
 use crate::model::{Claim, ClaimPhase, GpuMode, VmiPhase};
 
 impl Pass<'_> {
-    /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow.
+    /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow; claims
+    /// stranded on a lost node let go of it, so every waiter served after sees their units and budget free.
     pub(super) fn release_and_follow(&mut self) {
         let view = self.view;
         for claim in view.claims() {
             self.settle_attachment(claim);
             self.settle_finalizer(claim);
+            if self.needs_node(claim) && self.status_of(claim).node.is_some() {
+                let pending = self.status_of(claim).pending;
+                self.set_status(claim, ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() });
+            }
         }
     }
 
@@ -98,36 +103,25 @@ impl Pass<'_> {
         }
     }
 
-    /// Binds a held claim to one node (best fit), or records why it waits.
-    pub(super) fn serve_claim(&mut self, claim: &Claim) {
+    /// Binds a held claim to one node (best fit); `false` when it waits (the reason is recorded at the end of the
+    /// pass).
+    pub(super) fn serve_claim(&mut self, claim: &Claim) -> bool {
         if !self.needs_node(claim) {
-            return;
+            return true;
         }
-        match self.find_node_for_claim(claim) {
-            Ok(node) => {
-                let from = self.status_of(claim).node;
-                let status =
-                    ClaimStatus { phase: ClaimPhase::Bound, node: Some(node.clone()), ..ClaimStatus::default() };
-                self.set_status(claim, status);
-                let message = match from {
-                    Some(lost) => format!("rebound from unavailable node {lost:?} to {node:?}"),
-                    None => format!("bound to node {node:?}"),
-                };
-                self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Bound", message);
-            }
-            Err(wait) => {
-                let status = ClaimStatus {
-                    phase: ClaimPhase::Pending,
-                    node: None,
-                    attached_to: None,
-                    pending: Some(wait.to_reason()),
-                };
-                self.set_status(claim, status);
-            }
-        }
+        let Ok(node) = self.find_node_for_claim(claim) else { return false };
+        let from = claim.node.clone().filter(|lost| *lost != node);
+        let status = ClaimStatus { phase: ClaimPhase::Bound, node: Some(node.clone()), ..ClaimStatus::default() };
+        self.set_status(claim, status);
+        let message = match from {
+            Some(lost) => format!("rebound from unavailable node {lost:?} to {node:?}"),
+            None => format!("bound to node {node:?}"),
+        };
+        self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Bound", message);
+        true
     }
 
-    fn find_node_for_claim(&self, claim: &Claim) -> Result<String, Wait> {
+    pub(super) fn find_node_for_claim(&self, claim: &Claim) -> Result<String, Wait> {
         let view = self.view;
         let class = view.class(&claim.class).ok_or_else(|| Wait::ClassMissing { class: claim.class.clone() })?;
         let units = u64::from(claim.count);
@@ -150,7 +144,7 @@ impl Pass<'_> {
         let Some(budget) = self.view.tenant(namespace).and_then(|t| t.budget(class)) else { return Ok(()) };
         let bound = self.bound_units(namespace, class).saturating_sub(own);
         if bound + units > budget {
-            return Err(Wait::BudgetExceeded { class: class.to_owned(), units, bound, budget });
+            return Err(Wait::BudgetExceeded { class: class.to_owned(), units, budget });
         }
         Ok(())
     }

@@ -82,6 +82,8 @@ struct Pass<'v> {
     /// (namespace, pod) → the unit overlay its device counts contributed so far (see `settle_pods`).
     settled: BTreeMap<(String, String), BTreeMap<(String, String), i64>>,
     actions: Vec<Action>,
+    /// Why the last candidate node refused the pod being placed (for its Waiting event).
+    last_refusal: std::cell::Cell<Option<String>>,
 }
 
 impl<'v> Pass<'v> {
@@ -100,6 +102,7 @@ impl<'v> Pass<'v> {
             pinned_pods: BTreeMap::new(),
             settled: BTreeMap::new(),
             actions: Vec::new(),
+            last_refusal: std::cell::Cell::new(None),
         }
     }
 

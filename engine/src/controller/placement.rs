@@ -47,32 +47,79 @@ impl<'v> Pass<'v> {
                 .map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())),
         );
         waiters.sort();
-        for (_, waiter, namespace, name) in waiters {
-            match waiter {
+        let mut waiting = Vec::new();
+        for (created, waiter, namespace, name) in waiters {
+            let served = match waiter {
                 Waiter::Pod => self.serve_pod(view.pod(namespace, name).expect("a gated pod is stored")),
                 Waiter::Claim => self.serve_claim(view.claim(namespace, name).expect("a waiting claim is stored")),
+            };
+            if !served {
+                waiting.push((created, waiter, namespace, name));
+            }
+        }
+        // Why the rest wait is judged on the state the pass leaves, so the next pass, which starts from there, finds
+        // the same reasons and writes nothing.
+        for (_, waiter, namespace, name) in waiting {
+            match waiter {
+                Waiter::Pod => {
+                    let pod = view.pod(namespace, name).expect("a gated pod is stored");
+                    let wait = self.why_pod_waits(pod);
+                    self.record_pod_wait(pod, wait);
+                }
+                Waiter::Claim => {
+                    let claim = view.claim(namespace, name).expect("a waiting claim is stored");
+                    if let Err(wait) = self.find_node_for_claim(claim) {
+                        let pending = Some(wait.to_reason());
+                        self.set_status(
+                            claim,
+                            ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() },
+                        );
+                    }
+                }
             }
         }
     }
 
-    fn serve_pod(&mut self, pod: &Pod) {
+    /// Places the pod's whole set if it fits now; `false` when it waits.
+    fn serve_pod(&mut self, pod: &Pod) -> bool {
+        let Ok((vmi, members)) = self.resolve(pod) else { return false };
+        match self.place(pod, &members) {
+            Ok(node) => {
+                self.attach_and_pin(pod, &vmi, &members, &node);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn resolve(&self, pod: &Pod) -> Result<(VmiRef, Vec<Member<'v>>), Wait> {
         let Some(vmi) = pod.owner_vmi.as_ref().filter(|vmi| self.run_alive(&pod.namespace, vmi)) else {
             let name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
-            return self.wait(pod, Wait::VmiMissing { vmi: name });
+            return Err(Wait::VmiMissing { vmi: name });
         };
-        // The live VMI's uid: a launcher names it, but the attachment must carry it.
+        // The live VMI's uid: the attachment must carry the run, not just the name.
         let vmi = self.view.vmi(&pod.namespace, &vmi.name).map(|v| v.reference()).expect("alive runs are stored");
-        let members = match self.members(pod, &vmi) {
-            Ok(members) => members,
-            Err(wait) => return self.wait(pod, wait),
-        };
-        match self.place(pod, &members) {
-            Ok(node) => self.attach_and_pin(pod, &vmi, &members, &node),
-            Err(wait) => {
-                self.create_missing_templates(pod, &vmi, &members, Some(&wait));
-                self.wait(pod, wait);
-            }
+        let members = self.members(pod, &vmi)?;
+        Ok((vmi, members))
+    }
+
+    /// Why a pod that was not placed waits, on the state after this pass's placements.
+    fn why_pod_waits(&self, pod: &Pod) -> Wait {
+        match self.resolve(pod) {
+            Err(wait) => wait,
+            Ok((_, members)) => match self.place(pod, &members) {
+                Err(wait) => wait,
+                // Not reachable (placements only take capacity), but a pod that fits is not said to wait for it.
+                Ok(node) => Wait::NodeUnfit { node, detail: "placed by the next pass".to_owned() },
+            },
         }
+    }
+
+    fn record_pod_wait(&mut self, pod: &Pod, wait: Wait) {
+        if let Ok((vmi, members)) = self.resolve(pod) {
+            self.create_missing_templates(pod, &vmi, &members, Some(&wait));
+        }
+        self.wait(pod, wait);
     }
 
     /// Resolves the pod's attachments into its set, refusing what can never be placed as it stands.
@@ -164,12 +211,10 @@ impl<'v> Pass<'v> {
                 Err(detail) => last_refusal = Some(format!("node {node:?}: {detail}")),
             }
         }
+        self.last_refusal.replace(last_refusal);
         let summary =
             need.iter().map(|(class, (_, units))| format!("{units} × {class}")).collect::<Vec<_>>().join(" + ");
-        let detail = match last_refusal {
-            Some(refusal) => format!("no node takes {summary} with the pod (last tried {refusal})"),
-            None => format!("no node has {summary} free"),
-        };
+        let detail = format!("no node has {summary} free with room for the pod");
         Err(self.no_capacity(primary, units, detail))
     }
 
@@ -200,9 +245,8 @@ impl<'v> Pass<'v> {
             return Err("the node is cordoned".into());
         }
         for (class, units) in need.values() {
-            let free = self.free(class, node_name).unwrap_or(0);
-            if free < *units {
-                return Err(format!("{free} of the {units} units of {} it needs are free", class.name));
+            if self.free(class, node_name).unwrap_or(0) < *units {
+                return Err(format!("fewer than the {units} units of {} it needs are free", class.name));
             }
         }
         if !matches_node_selector(&pod.node_selector, &node.labels) {
@@ -278,10 +322,16 @@ impl<'v> Pass<'v> {
         }
     }
 
-    /// Records why the pod waits (only when that changed).
+    /// Records why the pod waits (only when that changed), with the last node refused as an event: the detail
+    /// changes with every other placement, so it goes where it does not cause writes on its own.
     fn wait(&mut self, pod: &Pod, wait: Wait) {
         let reason = wait.to_reason();
+        let refusal = self.last_refusal.take();
         if pod.waiting.as_ref() != Some(&reason) {
+            if let Some(detail) = refusal {
+                let message = format!("{}; last refused by {detail}", reason.message);
+                self.event(EventKind::Pod, ObjectRef::new(&pod.namespace, &pod.name), "Waiting", message);
+            }
             self.actions.push(Action::SetPodWaiting {
                 pod: ObjectRef::new(&pod.namespace, &pod.name),
                 precondition: pod.resource_version.clone(),

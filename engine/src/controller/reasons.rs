@@ -1,4 +1,7 @@
 //! Why a pod or a claim waits: an enum whose reason word and message are stable, written as conditions.
+//!
+//! Messages name what the waiter needs, never figures that other waiters change (units bound or free right now):
+//! a condition is rewritten only when the situation changes, so passes do not churn writes.
 
 use std::fmt;
 
@@ -38,7 +41,6 @@ pub enum Wait {
     BudgetExceeded {
         class: String,
         units: u64,
-        bound: u64,
         budget: u64,
     },
     NotEntitled {
@@ -78,11 +80,9 @@ impl fmt::Display for Wait {
             HeldClaimsOnDifferentNodes { first, second } => {
                 write!(f, "held GPU claims are bound to different nodes ({first:?} and {second:?})")
             }
-            BudgetExceeded { class, units, bound, budget } => write!(
-                f,
-                "{units} more units of GPU class {class:?} would exceed the namespace's budget ({bound} of {budget} \
-                 bound)"
-            ),
+            BudgetExceeded { class, units, budget } => {
+                write!(f, "{units} more units of GPU class {class:?} would exceed the namespace's budget of {budget}")
+            }
             NotEntitled { class } => write!(f, "GPU class {class:?} is a vGPU class and the namespace is not entitled"),
             NeverFits { class, units, largest } => {
                 write!(f, "{units} units of GPU class {class:?} can never fit: no node has more than {largest}")

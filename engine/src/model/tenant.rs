@@ -36,6 +36,11 @@ impl Tenant {
         self.bound.get(class).copied().unwrap_or(0)
     }
 
+    /// Each ResourceQuota's GPU budgets (quota name → class → hard units).
+    pub fn quotas(&self) -> impl Iterator<Item = (&str, &BTreeMap<String, u64>)> {
+        self.quotas.iter().map(|(name, hard)| (name.as_str(), hard))
+    }
+
     /// The tightest hard limit any quota of the namespace sets for `class`; `None` when no quota names it (then
     /// the class is not limited for this tenant, as with any ResourceQuota).
     pub fn budget(&self, class: &str) -> Option<u64> {
