@@ -274,16 +274,15 @@ fn refilled(view: &View) -> View {
 fn world_moves(view: &mut View, dice: &mut Dice) {
     let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
     for mut pod in pods {
-        if let Some(node) = pod.required_terms.as_deref().and_then(is_pinned_to).map(str::to_owned) {
-            if dice.chance(70) {
-                pod.node_name = Some(node.clone());
-                pod.phase = PodPhase::Running;
-                let mut vmi = view.vmi(&pod.namespace, &pod.owner_vmi.as_ref().unwrap().name).unwrap().clone();
-                vmi.phase = VmiPhase::Running;
-                vmi.node_name = Some(node);
-                view.upsert_vmi(vmi);
-                view.upsert_pod(pod);
-            }
+        let pinned = pod.required_terms.as_deref().and_then(is_pinned_to).map(str::to_owned);
+        if let Some(node) = pinned.filter(|_| dice.chance(70)) {
+            pod.node_name = Some(node.clone());
+            pod.phase = PodPhase::Running;
+            let mut vmi = view.vmi(&pod.namespace, &pod.owner_vmi.as_ref().unwrap().name).unwrap().clone();
+            vmi.phase = VmiPhase::Running;
+            vmi.node_name = Some(node);
+            view.upsert_vmi(vmi);
+            view.upsert_pod(pod);
         }
     }
     let vmis: Vec<_> = view.vmis().filter(|v| v.phase == VmiPhase::Running).cloned().collect();
