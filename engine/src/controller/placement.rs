@@ -18,8 +18,10 @@ struct Member<'v> {
     name: String,
     class: &'v Class,
     count: u32,
-    /// The stored claim; `None` for a template claim this pass creates.
+    /// The stored claim; `None` for a template claim that does not exist yet.
     claim: Option<&'v Claim>,
+    /// A template claim this pass already creates (for another pod of the same run).
+    creating: bool,
     /// Where it is bound now (after this pass's decisions so far).
     node: Option<String>,
 }
@@ -158,6 +160,7 @@ impl<'v> Pass<'v> {
                     return Err(Wait::MalformedAttachments { detail: "an attachment names no claim".into() });
                 }
             };
+            let creating = self.created.get(&(pod.namespace.clone(), name.clone()));
             let node = match claim {
                 Some(claim) => {
                     let status = self.status_of(claim);
@@ -167,9 +170,10 @@ impl<'v> Pass<'v> {
                     }
                     status.node
                 }
-                None => None,
+                None => creating.and_then(|new| new.status.node.clone()),
             };
-            members.push(Member { name, class, count: attachment.count, claim, node });
+            let creating = creating.is_some();
+            members.push(Member { name, class, count: attachment.count, claim, creating, node });
         }
         Ok(members)
     }
@@ -283,7 +287,13 @@ impl<'v> Pass<'v> {
         for member in members {
             match member.claim {
                 Some(claim) => self.set_status(claim, attached_status(node, vmi)),
+                // Created attached for another pod of this run, on this node (a set is placed whole).
+                None if member.creating && member.node.is_some() => {}
                 None => {
+                    if let Some(pending) = self.created.get(&(pod.namespace.clone(), member.name.clone())) {
+                        let old = pending.status.clone();
+                        self.account(&pod.namespace, &member.class.name, member.count, &old, false);
+                    }
                     let status = attached_status(node, vmi);
                     self.account(&pod.namespace, &member.class.name, member.count, &status, true);
                     self.created.insert(
@@ -310,7 +320,7 @@ impl<'v> Pass<'v> {
 
     /// Template claims exist while their run waits, Pending with the pod's reason.
     fn create_missing_templates(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'_>], wait: Option<&Wait>) {
-        for member in members.iter().filter(|m| m.claim.is_none()) {
+        for member in members.iter().filter(|m| m.claim.is_none() && !m.creating) {
             let status = ClaimStatus {
                 phase: ClaimPhase::Pending,
                 node: None,

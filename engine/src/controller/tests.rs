@@ -392,3 +392,29 @@ fn a_pod_whose_run_is_gone_says_so() {
     settle(&mut view, at(2));
     assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "VMIMissing");
 }
+
+#[test]
+fn the_volume_binder_and_the_launcher_of_one_run_share_one_set() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"template":0,"class":"h100","count":3}]"#;
+    let mut binder = gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(1));
+    binder.name = "virt-launcher-vm-1-binder".into();
+    binder.labels.remove(crate::keys::kubevirt::LABEL_APP);
+    binder.annotations.insert(crate::keys::kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
+    view.upsert_pod(binder);
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(2)));
+    let passes = settle(&mut view, at(3));
+    assert_eq!(passes.len(), 1);
+    let creates = passes[0].iter().filter(|a| matches!(a, Action::CreateClaim { .. })).count();
+    assert_eq!(creates, 1, "the template claim is ordered once");
+    let pins: Vec<&str> = passes[0]
+        .iter()
+        .filter_map(|a| match a {
+            Action::PinAndUngate { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pins, ["gpu-2", "gpu-2"], "both pods go where the volume and the claims are");
+    assert_eq!(view.class("h100").unwrap().published.free_units, 9, "three units taken, once");
+}
