@@ -418,3 +418,16 @@ fn the_volume_binder_and_the_launcher_of_one_run_share_one_set() {
     assert_eq!(pins, ["gpu-2", "gpu-2"], "both pods go where the volume and the claims are");
     assert_eq!(view.class("h100").unwrap().published.free_units, 9, "three units taken, once");
 }
+
+#[test]
+fn a_set_that_can_never_fit_says_so() {
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 100)].into());
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let attachments = r#"[{"template":0,"class":"h100","count":8},{"template":1,"class":"h100","count":2}]"#;
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 10, at(1)));
+    settle(&mut view, at(2));
+    let waiting = pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap();
+    assert_eq!(waiting.reason, "NeverFits");
+    assert_eq!(waiting.message, r#"10 units of GPU class "h100" can never fit: no node has more than 8"#);
+}
