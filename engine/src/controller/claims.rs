@@ -3,10 +3,10 @@
 
 use super::actions::{ClaimStatus, EventKind, ObjectRef};
 use super::reasons::Wait;
-use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, current_status, key_of};
+use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, key_of};
 use crate::model::{Claim, ClaimPhase, GpuMode, VmiPhase};
 
-impl Pass<'_> {
+impl<'v> Pass<'v> {
     /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow; claims
     /// stranded on a lost node let go of it, so every waiter served after sees their units and budget free.
     pub(super) fn release_and_follow(&mut self) {
@@ -14,16 +14,21 @@ impl Pass<'_> {
         for claim in view.claims() {
             self.settle_attachment(claim);
             self.settle_finalizer(claim);
-            if self.needs_node(claim) && self.status_of(claim).node.is_some() {
-                let pending = self.status_of(claim).pending;
-                self.set_status(claim, ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() });
+            if self.needs_node(claim) {
+                if self.node_of(claim).is_some() {
+                    let pending = self.status_of(claim).pending;
+                    self.set_status(
+                        claim,
+                        ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() },
+                    );
+                }
+                self.waiting_claims.push(claim);
             }
         }
     }
 
-    fn settle_attachment(&mut self, claim: &Claim) {
-        let status = current_status(claim);
-        let Some(vmi) = &status.attached_to else {
+    fn settle_attachment(&mut self, claim: &'v Claim) {
+        let Some(vmi) = &claim.attached_to else {
             // A template claim that was never attached goes with its run.
             let owner_alive = claim.owner_vmi.as_ref().is_some_and(|owner| self.run_alive(&claim.namespace, owner));
             if claim.template && !owner_alive {
@@ -31,11 +36,18 @@ impl Pass<'_> {
             }
             return;
         };
-        if !self.run_alive(&claim.namespace, vmi) {
+        let run = self.view.vmi(&claim.namespace, &vmi.name);
+        let alive = run.is_some_and(|v| (vmi.uid.is_empty() || v.uid == vmi.uid) && !v.phase.is_final());
+        if !alive {
             if claim.template {
                 self.release_template(claim, &format!("run {:?} ended", vmi.name));
             } else if !claim.deleting {
-                let detached = ClaimStatus { phase: ClaimPhase::Bound, attached_to: None, pending: None, ..status };
+                let detached = ClaimStatus {
+                    phase: ClaimPhase::Bound,
+                    node: claim.node.clone(),
+                    attached_to: None,
+                    pending: None,
+                };
                 self.set_status(claim, detached);
                 let message = format!("detached from ended run {:?}; still held", vmi.name);
                 self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Released", message);
@@ -43,18 +55,18 @@ impl Pass<'_> {
             return;
         }
         // A completed migration moves the run: its claims follow to the node it runs on now.
-        let running_on = self.view.vmi(&claim.namespace, &vmi.name).filter(|v| v.phase == VmiPhase::Running);
+        let running_on = run.filter(|v| v.phase == VmiPhase::Running);
         if let Some(node) =
-            running_on.and_then(|v| v.node_name.as_deref()).filter(|n| Some(*n) != status.node.as_deref())
+            running_on.and_then(|v| v.node_name.as_deref()).filter(|n| Some(*n) != claim.node.as_deref())
         {
-            let from = status.node.clone().unwrap_or_default();
+            let from = claim.node.clone().unwrap_or_default();
             self.set_status(claim, attached_status(node, vmi));
             let message = format!("followed run {:?} from node {from:?} to {node:?}", vmi.name);
             self.event(EventKind::Claim, ObjectRef::new(&claim.namespace, &claim.name), "Moved", message);
         }
     }
 
-    fn release_template(&mut self, claim: &Claim, why: &str) {
+    fn release_template(&mut self, claim: &'v Claim, why: &str) {
         if self.deleted.contains(&key_of(claim)) {
             return;
         }
@@ -68,7 +80,7 @@ impl Pass<'_> {
     }
 
     /// Every live claim carries the release finalizer; a deleting claim keeps it only while a run holds it.
-    fn settle_finalizer(&mut self, claim: &Claim) {
+    fn settle_finalizer(&mut self, claim: &'v Claim) {
         if self.deleted.contains(&key_of(claim)) {
             return;
         }
@@ -78,7 +90,7 @@ impl Pass<'_> {
             }
             return;
         }
-        let held = self.status_of(claim).attached_to.is_some_and(|vmi| self.run_alive(&claim.namespace, &vmi));
+        let held = self.attached_of(claim).is_some_and(|vmi| self.run_alive(&claim.namespace, vmi));
         if claim.finalizer && !held {
             // The claim vanishes once the finalizer is gone: its units with it.
             let status = self.status_of(claim);
@@ -93,11 +105,10 @@ impl Pass<'_> {
         if claim.template || claim.deleting || self.deleted.contains(&key_of(claim)) {
             return false;
         }
-        let status = self.status_of(claim);
-        if status.attached_to.is_some() {
+        if self.attached_of(claim).is_some() {
             return false;
         }
-        match &status.node {
+        match self.node_of(claim) {
             None => true,
             Some(node) => self.view.node(node).is_none_or(|n| !n.ready),
         }
@@ -105,7 +116,7 @@ impl Pass<'_> {
 
     /// Binds a held claim to one node (best fit); `false` when it waits (the reason is recorded at the end of the
     /// pass).
-    pub(super) fn serve_claim(&mut self, claim: &Claim) -> bool {
+    pub(super) fn serve_claim(&mut self, claim: &'v Claim) -> bool {
         if !self.needs_node(claim) {
             return true;
         }
@@ -126,16 +137,16 @@ impl Pass<'_> {
         let class = view.class(&claim.class).ok_or_else(|| Wait::ClassMissing { class: claim.class.clone() })?;
         let units = u64::from(claim.count);
         // Its own units, if still counted on a lost node, move rather than add.
-        let own = if self.status_of(claim).node.is_some() { units } else { 0 };
+        let own = if self.node_of(claim).is_some() { units } else { 0 };
         self.check_budget(&claim.namespace, &class.name, units, own)?;
         if class.mode == GpuMode::Vgpu && !view.tenant(&claim.namespace).is_some_and(|t| t.vgpu_entitled) {
             return Err(Wait::NotEntitled { class: class.name.clone() });
         }
-        let lost = self.status_of(claim).node;
+        let lost = self.node_of(claim);
         let found = self
             .candidates(class, units)
             .take(CANDIDATES_PER_PLACEMENT_MAX)
-            .find(|(_, node)| Some(node) != lost.as_ref())
+            .find(|(_, node)| Some(node.as_str()) != lost)
             .map(|(_, node)| node);
         found.ok_or_else(|| self.no_capacity(class, units, "no node has that many free units".to_owned()))
     }

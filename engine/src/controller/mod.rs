@@ -43,11 +43,11 @@ pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
     pass.finish()
 }
 
-/// A claim's identity within a pass.
-type ClaimKey = (String, String);
+/// A claim's identity within a pass, borrowed from the view: bookkeeping a pass does per claim allocates nothing.
+type ClaimKey<'v> = (&'v str, &'v str);
 
-fn key_of(claim: &Claim) -> ClaimKey {
-    (claim.namespace.clone(), claim.name.clone())
+fn key_of(claim: &Claim) -> ClaimKey<'_> {
+    (claim.namespace.as_str(), claim.name.as_str())
 }
 
 /// A template claim this pass creates.
@@ -62,13 +62,13 @@ struct Pass<'v> {
     view: &'v View,
     now: Time,
     /// Claim statuses this pass writes (only where they differ from the view).
-    statuses: BTreeMap<ClaimKey, ClaimStatus>,
+    statuses: BTreeMap<ClaimKey<'v>, ClaimStatus>,
     /// Finalizer changes this pass writes.
-    finalizers: BTreeMap<ClaimKey, bool>,
+    finalizers: BTreeMap<ClaimKey<'v>, bool>,
     /// Claims this pass deletes.
-    deleted: BTreeSet<ClaimKey>,
+    deleted: BTreeSet<ClaimKey<'v>>,
     /// Template claims this pass creates.
-    created: BTreeMap<ClaimKey, NewClaim>,
+    created: BTreeMap<(String, String), NewClaim>,
     /// (resource, node) → units this pass frees (+) or takes (−).
     units: BTreeMap<(String, String), i64>,
     /// (namespace, class) → bound units this pass adds (+) or releases (−).
@@ -82,6 +82,8 @@ struct Pass<'v> {
     /// (namespace, pod) → the unit overlay its device counts contributed so far (see `settle_pods`).
     settled: BTreeMap<(String, String), BTreeMap<(String, String), i64>>,
     actions: Vec<Action>,
+    /// Held claims needing a node, found while releasing (served with the gated pods).
+    waiting_claims: Vec<&'v Claim>,
     /// Why the last candidate node refused the pod being placed (for its Waiting event).
     last_refusal: std::cell::Cell<Option<String>>,
 }
@@ -103,6 +105,7 @@ impl<'v> Pass<'v> {
             settled: BTreeMap::new(),
             actions: Vec::new(),
             last_refusal: std::cell::Cell::new(None),
+            waiting_claims: Vec::new(),
         }
     }
 
@@ -111,8 +114,24 @@ impl<'v> Pass<'v> {
         self.statuses.get(&key_of(claim)).cloned().unwrap_or_else(|| current_status(claim))
     }
 
+    /// The node a claim is bound to after the decisions made so far (no copy: the hot path of every pass).
+    fn node_of<'a>(&'a self, claim: &'a Claim) -> Option<&'a str> {
+        match self.statuses.get(&key_of(claim)) {
+            Some(status) => status.node.as_deref(),
+            None => claim.node.as_deref(),
+        }
+    }
+
+    /// The run a claim is attached to after the decisions made so far.
+    fn attached_of<'a>(&'a self, claim: &'a Claim) -> Option<&'a VmiRef> {
+        match self.statuses.get(&key_of(claim)) {
+            Some(status) => status.attached_to.as_ref(),
+            None => claim.attached_to.as_ref(),
+        }
+    }
+
     /// Decides a claim's new status, moving its units, budget and attachment counts with it.
-    fn set_status(&mut self, claim: &Claim, status: ClaimStatus) {
+    fn set_status(&mut self, claim: &'v Claim, status: ClaimStatus) {
         let old = self.status_of(claim);
         self.account(&claim.namespace, &claim.class, claim.count, &old, false);
         self.account(&claim.namespace, &claim.class, claim.count, &status, true);
@@ -137,7 +156,7 @@ impl<'v> Pass<'v> {
     }
 
     /// Deletes a template claim: its finalizer goes first, then the object, and its units with it.
-    fn delete(&mut self, claim: &Claim) {
+    fn delete(&mut self, claim: &'v Claim) {
         let status = self.status_of(claim);
         self.account(&claim.namespace, &claim.class, claim.count, &status, false);
         self.statuses.remove(&key_of(claim));
@@ -184,26 +203,26 @@ impl<'v> Pass<'v> {
                 status: new.status,
             });
         }
-        let keys: BTreeSet<ClaimKey> = self.statuses.keys().chain(self.finalizers.keys()).cloned().collect();
+        let keys: BTreeSet<ClaimKey<'v>> = self.statuses.keys().chain(self.finalizers.keys()).copied().collect();
         // Releases before reservations: units a pass frees are free before the claims that take them are written.
         let mut releasing = Vec::new();
         let mut reserving = Vec::new();
         for key in keys {
-            let claim = self.view.claim(&key.0, &key.1).expect("a pass only updates claims it read");
+            let claim = self.view.claim(key.0, key.1).expect("a pass only updates claims it read");
             let status = self.statuses.remove(&key);
             let takes = status.as_ref().is_some_and(|s| s.node.is_some() && s.node != claim.node);
             let update = Action::UpdateClaim {
-                claim: ObjectRef { namespace: key.0, name: key.1 },
+                claim: ObjectRef::new(key.0, key.1),
                 precondition: claim.resource_version.clone(),
-                finalizer: self.finalizers.get(&key_of(claim)).copied(),
+                finalizer: self.finalizers.get(&key).copied(),
                 status,
             };
             if takes { reserving.push(update) } else { releasing.push(update) }
         }
         writes.extend(releasing);
         for (namespace, name) in std::mem::take(&mut self.deleted) {
-            let uid = self.view.claim(&namespace, &name).map(|c| c.uid.clone()).unwrap_or_default();
-            writes.push(Action::DeleteClaim { claim: ObjectRef { namespace, name }, uid });
+            let uid = self.view.claim(namespace, name).map(|c| c.uid.clone()).unwrap_or_default();
+            writes.push(Action::DeleteClaim { claim: ObjectRef::new(namespace, name), uid });
         }
         writes.extend(reserving);
         let mut rest = std::mem::take(&mut self.actions);

@@ -43,11 +43,8 @@ impl<'v> Pass<'v> {
         let view = self.view;
         let mut waiters: Vec<(Time, Waiter, &str, &str)> =
             view.gated_pods().map(|p| (p.created, Waiter::Pod, p.namespace.as_str(), p.name.as_str())).collect();
-        waiters.extend(
-            view.claims()
-                .filter(|c| self.needs_node(c))
-                .map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())),
-        );
+        let claims = std::mem::take(&mut self.waiting_claims);
+        waiters.extend(claims.iter().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
         waiters.sort();
         let mut waiting = Vec::new();
         for (created, waiter, namespace, name) in waiters {
@@ -283,7 +280,7 @@ impl<'v> Pass<'v> {
     }
 
     /// Binds and attaches the whole set on `node`, then pins and ungates the pod in one update.
-    fn attach_and_pin(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'_>], node: &str) {
+    fn attach_and_pin(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'v>], node: &str) {
         for member in members {
             match member.claim {
                 Some(claim) => self.set_status(claim, attached_status(node, vmi)),

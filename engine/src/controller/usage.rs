@@ -2,18 +2,16 @@
 
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
-use super::{ClaimStatus, Pass, key_of};
-use crate::model::{Claim, Usage};
+use super::{Pass, key_of};
+use crate::model::{Claim, Usage, VmiRef};
 
 impl Pass<'_> {
     pub(super) fn reconcile_usages(&mut self) {
         let view = self.view;
         for usage in view.open_usages() {
-            let live =
-                view.claim(&usage.namespace, &usage.claim).and_then(|claim| self.after(claim)).is_some_and(|status| {
-                    status.attached_to.as_ref().is_some_and(|vmi| vmi.uid == usage.vmi.uid)
-                        && status.node.as_deref() == Some(usage.node.as_str())
-                });
+            let live = view.claim(&usage.namespace, &usage.claim).and_then(|claim| self.after(claim)).is_some_and(
+                |(vmi, node)| vmi.is_some_and(|vmi| vmi.uid == usage.vmi.uid) && node == Some(usage.node.as_str()),
+            );
             if !live {
                 self.actions.push(Action::CloseUsage {
                     usage: ObjectRef::new(&usage.namespace, &usage.name),
@@ -23,34 +21,40 @@ impl Pass<'_> {
             }
         }
         for claim in view.claims() {
-            if let Some(status) = self.after(claim) {
-                self.open_usage(&claim.namespace, &claim.name, &claim.uid, &claim.class, claim.count, &status);
+            let Some((Some(vmi), Some(node))) = self.after(claim) else { continue };
+            if view.open_usages_of(&claim.namespace, &claim.name).any(|u| u.vmi.uid == vmi.uid && u.node == node) {
+                continue;
             }
+            let (vmi, node) = (vmi.clone(), node.to_owned());
+            self.open_usage(&claim.namespace, &claim.name, &claim.uid, &claim.class, claim.count, &vmi, &node);
         }
         let created: Vec<_> = self
             .created
             .iter()
-            .map(|((namespace, name), new)| {
-                (namespace.clone(), name.clone(), new.class.clone(), new.count, new.status.clone())
+            .filter_map(|((namespace, name), new)| {
+                let status = &new.status;
+                let (vmi, node) = (status.attached_to.clone()?, status.node.clone()?);
+                Some((namespace.clone(), name.clone(), new.class.clone(), new.count, vmi, node))
             })
             .collect();
-        for (namespace, name, class, count, status) in created {
-            self.open_usage(&namespace, &name, "", &class, count, &status);
+        for (namespace, name, class, count, vmi, node) in created {
+            self.open_usage(&namespace, &name, "", &class, count, &vmi, &node);
         }
     }
 
-    /// A claim's status once this pass's writes land; `None` when it will be gone.
-    fn after(&self, claim: &Claim) -> Option<ClaimStatus> {
+    /// The run and node of a claim once this pass's writes land; `None` when the claim will be gone.
+    fn after<'a>(&'a self, claim: &'a Claim) -> Option<(Option<&'a VmiRef>, Option<&'a str>)> {
         let key = key_of(claim);
         let vanishing = claim.deleting && self.finalizers.get(&key) == Some(&false);
         if self.deleted.contains(&key) || vanishing {
             return None;
         }
-        Some(self.status_of(claim))
+        Some((self.attached_of(claim), self.node_of(claim)))
     }
 
     /// Opens a record for an attachment that has none. `claim_uid` is empty for a claim this pass creates: the
     /// writer sets the ownerReference from the claim it created.
+    #[allow(clippy::too_many_arguments)]
     fn open_usage(
         &mut self,
         namespace: &str,
@@ -58,14 +62,10 @@ impl Pass<'_> {
         claim_uid: &str,
         class: &str,
         count: u32,
-        status: &ClaimStatus,
+        vmi: &VmiRef,
+        node: &str,
     ) {
-        let (Some(vmi), Some(node)) = (&status.attached_to, &status.node) else { return };
-        let view = self.view;
-        if view.open_usages_of(namespace, claim).any(|u| u.vmi.uid == vmi.uid && u.node == *node) {
-            return;
-        }
-        let resource_name = view.class(class).map(|c| c.resource_name.clone()).unwrap_or_default();
+        let resource_name = self.view.class(class).map(|c| c.resource_name.clone()).unwrap_or_default();
         self.actions.push(Action::OpenUsage {
             usage: Usage {
                 namespace: namespace.to_owned(),
@@ -77,7 +77,7 @@ impl Pass<'_> {
                 resource_name,
                 count,
                 vmi: vmi.clone(),
-                node: node.clone(),
+                node: node.to_owned(),
                 start: self.now,
                 end: None,
             },

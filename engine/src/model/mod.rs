@@ -34,8 +34,8 @@ pub struct View {
     gated: BTreeSet<(Time, String, String)>,
     vmis: BTreeMap<String, BTreeMap<String, Vmi>>,
     usages: BTreeMap<String, BTreeMap<String, Usage>>,
-    /// (namespace, claim) → names of its open usage records.
-    open_usages: BTreeMap<(String, String), BTreeSet<String>>,
+    /// namespace → claim → names of its open usage records.
+    open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
     /// (namespace, VMI, node) → resource → units of the claims attached to that VMI on that node: what the VMI's
     /// pods there take through claims rather than on their own.
@@ -317,19 +317,23 @@ impl View {
     pub fn upsert_usage(&mut self, usage: Usage) {
         self.remove_usage(&usage.namespace, &usage.name);
         if usage.end.is_none() {
-            let key = (usage.namespace.clone(), usage.claim.clone());
-            self.open_usages.entry(key).or_default().insert(usage.name.clone());
+            let claims = self.open_usages.entry(usage.namespace.clone()).or_default();
+            claims.entry(usage.claim.clone()).or_default().insert(usage.name.clone());
         }
         self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
     }
 
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
-        let key = (old.namespace.clone(), old.claim.clone());
-        if let Some(open) = self.open_usages.get_mut(&key) {
-            open.remove(&old.name);
-            if open.is_empty() {
-                self.open_usages.remove(&key);
+        if let Some(claims) = self.open_usages.get_mut(namespace) {
+            if let Some(open) = claims.get_mut(&old.claim) {
+                open.remove(&old.name);
+                if open.is_empty() {
+                    claims.remove(&old.claim);
+                }
+            }
+            if claims.is_empty() {
+                self.open_usages.remove(namespace);
             }
         }
         Some(old)
@@ -337,18 +341,17 @@ impl View {
 
     /// The open usage records of a claim.
     pub fn open_usages_of(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
-        self.open_usages
-            .get(&(namespace.to_owned(), claim.to_owned()))
-            .into_iter()
-            .flatten()
-            .filter_map(move |name| self.usage(namespace, name))
+        let names = self.open_usages.get(namespace).and_then(|claims| claims.get(claim));
+        let usages = self.usages.get(namespace);
+        names.into_iter().flatten().filter_map(move |name| usages?.get(name))
     }
 
     /// Every open usage record, by namespace then claim.
     pub fn open_usages(&self) -> impl Iterator<Item = &Usage> {
-        self.open_usages
-            .iter()
-            .flat_map(move |((namespace, _), names)| names.iter().filter_map(move |name| self.usage(namespace, name)))
+        self.open_usages.iter().flat_map(move |(namespace, claims)| {
+            let usages = self.usages.get(namespace);
+            claims.values().flatten().filter_map(move |name| usages?.get(name))
+        })
     }
 
     /// Re-indexes every class on every node: after a class changed (rare), since its resource or selector moves
