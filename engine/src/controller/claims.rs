@@ -110,7 +110,7 @@ impl<'v> Pass<'v> {
         }
         match self.node_of(claim) {
             None => true,
-            Some(node) => self.view.node(node).is_none_or(|n| !n.ready),
+            Some(node) => self.view.is_unavailable(node),
         }
     }
 

@@ -1,5 +1,7 @@
 //! Usage records follow attachments: one open record per claim attached to a run on a node; closed when that ends.
 
+use std::collections::BTreeSet;
+
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
 use super::{Pass, key_of};
@@ -8,24 +10,29 @@ use crate::model::{Claim, Usage, VmiRef};
 impl Pass<'_> {
     pub(super) fn reconcile_usages(&mut self) {
         let view = self.view;
-        for usage in view.open_usages() {
-            let live = view.claim(&usage.namespace, &usage.claim).and_then(|claim| self.after(claim)).is_some_and(
-                |(vmi, node)| vmi.is_some_and(|vmi| vmi.uid == usage.vmi.uid) && node == Some(usage.node.as_str()),
-            );
-            if !live {
-                self.actions.push(Action::CloseUsage {
-                    usage: ObjectRef::new(&usage.namespace, &usage.name),
-                    precondition: usage.resource_version.clone(),
-                    end: self.now,
-                });
+        // Claims and the claims with open records are both ordered by namespace then name: walk them side by side
+        // instead of looking each up in the other.
+        let mut open = view.open_usage_claims().peekable();
+        let mut writes = Vec::new();
+        let mut missing = Vec::new();
+        for claim in view.claims() {
+            let key = (claim.namespace.as_str(), claim.name.as_str());
+            while let Some((namespace, _, names)) = open.next_if(|(ns, c, _)| (*ns, *c) < key) {
+                self.close_usages(namespace, names, |_| false, &mut writes); // the claim is gone
+            }
+            let names = open.next_if(|(ns, c, _)| (*ns, *c) == key).map(|(_, _, names)| names);
+            let (vmi, node) = self.after(claim).unwrap_or((None, None));
+            let live = |usage: &Usage| vmi.is_some_and(|v| v.uid == usage.vmi.uid) && node == Some(usage.node.as_str());
+            let matched = names.is_some_and(|names| self.close_usages(&claim.namespace, names, live, &mut writes));
+            if let (Some(vmi), Some(node), false) = (vmi, node, matched) {
+                missing.push((claim, vmi.clone(), node.to_owned()));
             }
         }
-        for claim in view.claims() {
-            let Some((Some(vmi), Some(node))) = self.after(claim) else { continue };
-            if view.open_usages_of(&claim.namespace, &claim.name).any(|u| u.vmi.uid == vmi.uid && u.node == node) {
-                continue;
-            }
-            let (vmi, node) = (vmi.clone(), node.to_owned());
+        for (namespace, _, names) in open {
+            self.close_usages(namespace, names, |_| false, &mut writes);
+        }
+        self.actions.extend(writes);
+        for (claim, vmi, node) in missing {
             self.open_usage(&claim.namespace, &claim.name, &claim.uid, &claim.class, claim.count, &vmi, &node);
         }
         let created: Vec<_> = self
@@ -40,6 +47,29 @@ impl Pass<'_> {
         for (namespace, name, class, count, vmi, node) in created {
             self.open_usage(&namespace, &name, "", &class, count, &vmi, &node);
         }
+    }
+
+    /// Closes the open records among `names` that are not `live`; returns whether one is.
+    fn close_usages(
+        &self,
+        namespace: &str,
+        names: &BTreeSet<String>,
+        live: impl Fn(&Usage) -> bool,
+        writes: &mut Vec<Action>,
+    ) -> bool {
+        let mut matched = false;
+        for usage in names.iter().filter_map(|name| self.view.usage(namespace, name)) {
+            if live(usage) {
+                matched = true;
+                continue;
+            }
+            writes.push(Action::CloseUsage {
+                usage: ObjectRef::new(&usage.namespace, &usage.name),
+                precondition: usage.resource_version.clone(),
+                end: self.now,
+            });
+        }
+        matched
     }
 
     /// The run and node of a claim once this pass's writes land; `None` when the claim will be gone.

@@ -34,6 +34,9 @@ pub struct View {
     gated: BTreeSet<(Time, String, String)>,
     vmis: BTreeMap<String, BTreeMap<String, Vmi>>,
     usages: BTreeMap<String, BTreeMap<String, Usage>>,
+    /// Nodes that are NotReady, deleted, or named by a claim but never seen: where an unattached claim needs
+    /// another node.
+    unavailable: BTreeSet<String>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
@@ -109,6 +112,11 @@ impl View {
         self.usages.values().flat_map(BTreeMap::values)
     }
 
+    /// Whether a node cannot hold claims now: NotReady, deleted, or never seen.
+    pub fn is_unavailable(&self, node: &str) -> bool {
+        self.unavailable.contains(node)
+    }
+
     /// The pods a VMI controls (launcher, volume binder, migration target).
     pub fn vmi_pods(&self, namespace: &str, vmi: &str) -> impl Iterator<Item = &Pod> {
         self.pods_by_vmi
@@ -153,6 +161,9 @@ impl View {
     /// Stores a claim, keeping the tenant's units and the placement index in step.
     pub fn upsert_claim(&mut self, claim: Claim) {
         self.remove_claim(&claim.namespace, &claim.name);
+        if let Some(node) = claim.node.as_ref().filter(|node| !self.nodes.contains_key(*node)) {
+            self.unavailable.insert(node.clone());
+        }
         self.tenants.entry(claim.namespace.clone()).or_default().count(&claim);
         self.count_claim(&claim, true);
         let tenant = self.tenants.get_mut(&claim.namespace).expect("inserted above");
@@ -211,6 +222,11 @@ impl View {
 
     pub fn upsert_node(&mut self, node: Node) {
         let name = node.name.clone();
+        if node.ready {
+            self.unavailable.remove(&name);
+        } else {
+            self.unavailable.insert(name.clone());
+        }
         self.nodes.insert(name.clone(), node);
         self.reindex_node(&name);
     }
@@ -218,6 +234,7 @@ impl View {
     /// A node deleted (lost): its claims keep their binding until the controller moves them.
     pub fn remove_node(&mut self, name: &str) -> Option<Node> {
         let node = self.nodes.remove(name)?;
+        self.unavailable.insert(name.to_owned());
         self.reindex_node(name);
         Some(node)
     }
@@ -344,6 +361,14 @@ impl View {
         let names = self.open_usages.get(namespace).and_then(|claims| claims.get(claim));
         let usages = self.usages.get(namespace);
         names.into_iter().flatten().filter_map(move |name| usages?.get(name))
+    }
+
+    /// Claims with open usage records, by namespace then claim, with the records' names: for walking claims and
+    /// their records side by side.
+    pub fn open_usage_claims(&self) -> impl Iterator<Item = (&str, &str, &BTreeSet<String>)> {
+        self.open_usages.iter().flat_map(|(namespace, claims)| {
+            claims.iter().map(move |(claim, names)| (namespace.as_str(), claim.as_str(), names))
+        })
     }
 
     /// Every open usage record, by namespace then claim.
