@@ -191,6 +191,8 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
             .and_then(|a| a.node_affinity.as_ref())
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
             .map(|selector| selector.node_selector_terms.clone()),
+        pod_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_affinity.clone()),
+        pod_anti_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.clone()),
         node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
         phase: pod_phase(status.and_then(|s| s.phase.as_deref())),
         cpu_millis: requests.cpu_millis,

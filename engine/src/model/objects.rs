@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
 pub use crate::api::{ClaimPhase, GpuMode, VmiRef};
 
@@ -114,6 +114,9 @@ pub struct Pod {
     pub node_selector: BTreeMap<String, String>,
     /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`; `None` when unset.
     pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    /// `affinity.podAffinity` and `affinity.podAntiAffinity` (a migration target keeps off its source's node so).
+    pub pod_affinity: Option<PodAffinity>,
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
     pub node_name: Option<String>,
     pub phase: PodPhase,
     /// Requests the scheduler counts: containers summed, the largest init container, overhead.
