@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpuclaim_engine::controller::{Action, apply, reconcile};
+use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes};
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{
@@ -271,7 +271,8 @@ fn refilled(view: &View) -> View {
 }
 
 /// What happens between passes: the scheduler binds pinned pods, runs start and end, budgets and nodes change.
-fn world_moves(view: &mut View, dice: &mut Dice) {
+/// Records the keys a controller's watches would queue.
+fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
     for mut pod in pods {
         let pinned = pod.required_terms.as_deref().and_then(is_pinned_to).map(str::to_owned);
@@ -294,6 +295,7 @@ fn world_moves(view: &mut View, dice: &mut Dice) {
                 pod.phase = PodPhase::Succeeded;
                 view.upsert_pod(pod);
             }
+            changes.vmis.insert((vmi.namespace.clone(), vmi.name.clone()));
             view.upsert_vmi(vmi);
         }
     }
@@ -305,6 +307,7 @@ fn world_moves(view: &mut View, dice: &mut Dice) {
         let picked = view.nodes().nth(dice.roll(6) as usize).cloned();
         if let Some(mut node) = picked {
             node.ready = !node.ready;
+            changes.nodes.insert(node.name.clone());
             view.upsert_node(node);
         }
     }
@@ -317,9 +320,13 @@ proptest! {
     fn the_controller_keeps_every_invariant_and_one_pass_is_enough(numbers in prop::collection::vec(any::<u32>(), 64..256)) {
         let mut dice = Dice(numbers, 0);
         let mut view = world(&mut dice);
+        let mut changes: Option<Changes> = None;
         for step in 0..6 {
             let now = at(1_000 + step);
             let actions = reconcile(&view, now);
+            if let Some(changes) = changes.take() {
+                prop_assert_eq!(&reconcile_changes(&view, now, &changes), &actions, "a pass over the changes alone decides the same");
+            }
             prop_assert_eq!(&actions, &reconcile(&view.clone(), now), "deterministic");
             prop_assert_eq!(&actions, &reconcile(&refilled(&view), now), "independent of the order the view was filled");
             let before = view.clone();
@@ -328,7 +335,17 @@ proptest! {
             let again = reconcile(&view, now);
             let writes: Vec<&Action> = again.iter().filter(|a| !matches!(a, Action::Event { .. })).collect();
             prop_assert!(writes.is_empty(), "a second pass still writes {writes:#?}\nafter {actions:#?}");
-            world_moves(&mut view, &mut dice);
+            let mut moved = Changes::default();
+            for action in &actions {
+                match action {
+                    Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
+                        moved.claims.insert((claim.namespace.clone(), claim.name.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            world_moves(&mut view, &mut dice, &mut moved);
+            changes = Some(moved);
         }
     }
 }

@@ -9,9 +9,8 @@ use crate::model::{Claim, ClaimPhase, GpuMode, VmiPhase};
 impl<'v> Pass<'v> {
     /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow; claims
     /// stranded on a lost node let go of it, so every waiter served after sees their units and budget free.
-    pub(super) fn release_and_follow(&mut self) {
-        let view = self.view;
-        for claim in view.claims() {
+    pub(super) fn release_and_follow(&mut self, claims: &[&'v Claim]) {
+        for &claim in claims {
             self.settle_attachment(claim);
             self.settle_finalizer(claim);
             if self.needs_node(claim) {
@@ -22,7 +21,13 @@ impl<'v> Pass<'v> {
                         ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() },
                     );
                 }
-                self.waiting_claims.push(claim);
+                self.waiting_claims.insert(key_of(claim), claim);
+            }
+        }
+        // Pending held claims wait in their queue whether or not anything about them changed.
+        for claim in self.view.pending_held_claims() {
+            if self.needs_node(claim) {
+                self.waiting_claims.insert(key_of(claim), claim);
             }
         }
     }

@@ -32,15 +32,36 @@ use crate::model::{Claim, ClaimPhase, Class, Time, View, VmiRef};
 /// cost a pass (candidates come best fit first, so the first fitting node is usually among the first few).
 pub const CANDIDATES_PER_PLACEMENT_MAX: usize = 4_096;
 
-/// One reconcile pass: everything the controller decides, given the view and the time.
+/// One reconcile pass over everything: what the controller decides, given the view and the time.
 pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
-    let mut pass = Pass::new(view, now);
-    pass.release_and_follow();
-    pass.settle_pods();
-    pass.serve_waiters();
-    pass.reconcile_usages();
-    pass.publish();
-    pass.finish()
+    let claims: Vec<&Claim> = view.claims().collect();
+    Pass::new(view, now).run(&claims, None)
+}
+
+/// What changed since the view was last reconciled: the keys a controller's work queue holds (from watch events,
+/// its own writes included). Pods, classes, quotas and namespaces need no keys: every pass serves the whole queue
+/// of waiters (gated pods, pending held claims) and publishes every class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// (namespace, name) of claims created, changed or deleted.
+    pub claims: BTreeSet<(String, String)>,
+    /// (namespace, name) of VMIs created, changed or deleted.
+    pub vmis: BTreeSet<(String, String)>,
+    /// Nodes added, changed or deleted.
+    pub nodes: BTreeSet<String>,
+}
+
+/// A pass that visits only the claims `changes` can affect (changed claims, the claims of changed runs, the claims
+/// on changed nodes) besides the waiters. On a view reconciled before (its last pass's writes applied), it returns
+/// exactly what [`reconcile`] returns, at a cost that follows the change rather than the claims held.
+pub fn reconcile_changes(view: &View, now: Time, changes: &Changes) -> Vec<Action> {
+    let changed = changes.claims.iter().filter_map(|(namespace, name)| view.claim(namespace, name));
+    let of_runs = changes.vmis.iter().flat_map(|(namespace, vmi)| view.claims_of_run(namespace, vmi));
+    let on_nodes = changes.nodes.iter().flat_map(|node| view.claims_on_node(node));
+    let visit: BTreeMap<ClaimKey<'_>, &Claim> =
+        changed.chain(of_runs).chain(on_nodes).map(|c| (key_of(c), c)).collect();
+    let claims: Vec<&Claim> = visit.into_values().collect();
+    Pass::new(view, now).run(&claims, Some(changes))
 }
 
 /// A claim's identity within a pass, borrowed from the view: bookkeeping a pass does per claim allocates nothing.
@@ -83,12 +104,25 @@ struct Pass<'v> {
     settled: BTreeMap<(String, String), BTreeMap<(String, String), i64>>,
     actions: Vec<Action>,
     /// Held claims needing a node, found while releasing (served with the gated pods).
-    waiting_claims: Vec<&'v Claim>,
+    waiting_claims: BTreeMap<ClaimKey<'v>, &'v Claim>,
     /// Why the last candidate node refused the pod being placed (for its Waiting event).
     last_refusal: std::cell::Cell<Option<String>>,
 }
 
 impl<'v> Pass<'v> {
+    /// The pass, in order, over `claims` (every claim, or those a change can affect, in namespace/name order).
+    fn run(mut self, claims: &[&'v Claim], changes: Option<&Changes>) -> Vec<Action> {
+        self.release_and_follow(claims);
+        self.settle_pods();
+        self.serve_waiters();
+        match changes {
+            None => self.reconcile_usages(),
+            Some(changes) => self.reconcile_usages_of(claims, changes),
+        }
+        self.publish();
+        self.finish()
+    }
+
     fn new(view: &'v View, now: Time) -> Self {
         Pass {
             view,
@@ -105,7 +139,7 @@ impl<'v> Pass<'v> {
             settled: BTreeMap::new(),
             actions: Vec::new(),
             last_refusal: std::cell::Cell::new(None),
-            waiting_claims: Vec::new(),
+            waiting_claims: BTreeMap::new(),
         }
     }
 

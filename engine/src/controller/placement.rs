@@ -44,7 +44,7 @@ impl<'v> Pass<'v> {
         let mut waiters: Vec<(Time, Waiter, &str, &str)> =
             view.gated_pods().map(|p| (p.created, Waiter::Pod, p.namespace.as_str(), p.name.as_str())).collect();
         let claims = std::mem::take(&mut self.waiting_claims);
-        waiters.extend(claims.iter().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
+        waiters.extend(claims.values().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
         waiters.sort();
         let mut waiting = Vec::new();
         for (created, waiter, namespace, name) in waiters {

@@ -1,13 +1,13 @@
 //! Usage records follow attachments: one open record per claim attached to a run on a node; closed when that ends.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
-use super::{Pass, key_of};
+use super::{Changes, ClaimKey, Pass, key_of};
 use crate::model::{Claim, Usage, VmiRef};
 
-impl Pass<'_> {
+impl<'v> Pass<'v> {
     pub(super) fn reconcile_usages(&mut self) {
         let view = self.view;
         // Claims and the claims with open records are both ordered by namespace then name: walk them side by side
@@ -35,6 +35,11 @@ impl Pass<'_> {
         for (claim, vmi, node) in missing {
             self.open_usage(&claim.namespace, &claim.name, &claim.uid, &claim.class, claim.count, &vmi, &node);
         }
+        self.open_created_usages();
+    }
+
+    /// Template claims this pass creates attached get their record at once.
+    fn open_created_usages(&mut self) {
         let created: Vec<_> = self
             .created
             .iter()
@@ -47,6 +52,40 @@ impl Pass<'_> {
         for (namespace, name, class, count, vmi, node) in created {
             self.open_usage(&namespace, &name, "", &class, count, &vmi, &node);
         }
+    }
+
+    /// Usage records of the claims a change can affect: those visited, those this pass decided on, and the
+    /// changed claims that are gone (their open records close).
+    pub(super) fn reconcile_usages_of(&mut self, visited: &[&'v Claim], changes: &Changes) {
+        let view = self.view;
+        let mut claims: BTreeMap<ClaimKey<'v>, &'v Claim> = visited.iter().map(|c| (key_of(c), *c)).collect();
+        let decided = self.statuses.keys().chain(self.finalizers.keys()).chain(self.deleted.iter());
+        for (namespace, name) in decided.copied().collect::<Vec<_>>() {
+            if let Some(claim) = view.claim(namespace, name) {
+                claims.insert(key_of(claim), claim);
+            }
+        }
+        let mut writes = Vec::new();
+        for (namespace, name) in changes.claims.iter().filter(|(ns, name)| view.claim(ns, name).is_none()) {
+            let names: BTreeSet<String> = view.open_usages_of(namespace, name).map(|u| u.name.clone()).collect();
+            self.close_usages(namespace, &names, |_| false, &mut writes);
+        }
+        let mut missing = Vec::new();
+        for claim in claims.into_values() {
+            let names: BTreeSet<String> =
+                view.open_usages_of(&claim.namespace, &claim.name).map(|u| u.name.clone()).collect();
+            let (vmi, node) = self.after(claim).unwrap_or((None, None));
+            let live = |usage: &Usage| vmi.is_some_and(|v| v.uid == usage.vmi.uid) && node == Some(usage.node.as_str());
+            let matched = self.close_usages(&claim.namespace, &names, live, &mut writes);
+            if let (Some(vmi), Some(node), false) = (vmi, node, matched) {
+                missing.push((claim, vmi.clone(), node.to_owned()));
+            }
+        }
+        self.actions.extend(writes);
+        for (claim, vmi, node) in missing {
+            self.open_usage(&claim.namespace, &claim.name, &claim.uid, &claim.class, claim.count, &vmi, &node);
+        }
+        self.open_created_usages();
     }
 
     /// Closes the open records among `names` that are not `live`; returns whether one is.

@@ -37,6 +37,12 @@ pub struct View {
     /// Nodes that are NotReady, deleted, or named by a claim but never seen: where an unattached claim needs
     /// another node.
     unavailable: BTreeSet<String>,
+    /// (namespace, VMI) → the claims attached to that run or ordered for it (template claims' owner).
+    claims_by_run: BTreeMap<(String, String), BTreeSet<String>>,
+    /// node → (namespace, claim) of the claims bound there.
+    claims_by_node: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
+    pending_held: BTreeSet<(String, String)>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
@@ -112,6 +118,22 @@ impl View {
         self.usages.values().flat_map(BTreeMap::values)
     }
 
+    /// The claims attached to, or ordered for, run `vmi`.
+    pub fn claims_of_run(&self, namespace: &str, vmi: &str) -> impl Iterator<Item = &Claim> {
+        let names = self.claims_by_run.get(&(namespace.to_owned(), vmi.to_owned()));
+        names.into_iter().flatten().filter_map(move |name| self.claim(namespace, name))
+    }
+
+    /// The claims bound to `node`.
+    pub fn claims_on_node(&self, node: &str) -> impl Iterator<Item = &Claim> {
+        self.claims_by_node.get(node).into_iter().flatten().filter_map(|(namespace, name)| self.claim(namespace, name))
+    }
+
+    /// Held claims waiting for a node (no node, not being deleted).
+    pub fn pending_held_claims(&self) -> impl Iterator<Item = &Claim> {
+        self.pending_held.iter().filter_map(|(namespace, name)| self.claim(namespace, name))
+    }
+
     /// Whether a node cannot hold claims now: NotReady, deleted, or never seen.
     pub fn is_unavailable(&self, node: &str) -> bool {
         self.unavailable.contains(node)
@@ -161,6 +183,7 @@ impl View {
     /// Stores a claim, keeping the tenant's units and the placement index in step.
     pub fn upsert_claim(&mut self, claim: Claim) {
         self.remove_claim(&claim.namespace, &claim.name);
+        self.index_claim(&claim, true);
         if let Some(node) = claim.node.as_ref().filter(|node| !self.nodes.contains_key(*node)) {
             self.unavailable.insert(node.clone());
         }
@@ -175,7 +198,29 @@ impl View {
         let old = tenant.claims.remove(name)?;
         tenant.uncount(&old);
         self.count_claim(&old, false);
+        self.index_claim(&old, false);
         Some(old)
+    }
+
+    /// Keeps the claim lookups by run, by node and of the pending queue.
+    fn index_claim(&mut self, claim: &Claim, adding: bool) {
+        let key = (claim.namespace.clone(), claim.name.clone());
+        let runs: BTreeSet<&str> =
+            claim.attached_to.iter().chain(claim.owner_vmi.iter()).map(|vmi| vmi.name.as_str()).collect();
+        for run in runs {
+            let run = (claim.namespace.clone(), run.to_owned());
+            edit_set(&mut self.claims_by_run, run, claim.name.clone(), adding);
+        }
+        if let Some(node) = &claim.node {
+            edit_set(&mut self.claims_by_node, node.clone(), key.clone(), adding);
+        }
+        if claim.node.is_none() && !claim.template && !claim.deleting {
+            if adding {
+                self.pending_held.insert(key);
+            } else {
+                self.pending_held.remove(&key);
+            }
+        }
     }
 
     fn count_claim(&mut self, claim: &Claim, adding: bool) {
@@ -419,6 +464,17 @@ impl View {
         for class in classes {
             let class = &self.classes[&class];
             self.capacity.refresh(class, node, self.nodes.get(node));
+        }
+    }
+}
+
+fn edit_set<K: Ord, V: Ord>(map: &mut BTreeMap<K, BTreeSet<V>>, key: K, value: V, adding: bool) {
+    if adding {
+        map.entry(key).or_default().insert(value);
+    } else if let Some(set) = map.get_mut(&key) {
+        set.remove(&value);
+        if set.is_empty() {
+            map.remove(&key);
         }
     }
 }
