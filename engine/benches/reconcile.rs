@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use divan::{Bencher, black_box};
-use gpuclaim_engine::controller::{Action, apply, reconcile};
+use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes};
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim, vmi};
 use gpuclaim_engine::model::{GpuMode, Pod, PodPhase, Time, View, VmiPhase};
 
@@ -201,4 +201,19 @@ fn steady_state_pass(bencher: Bencher) {
     let actions = reconcile(&view, now);
     assert!(actions.is_empty(), "the settled world has nothing to do: {actions:#?}");
     bencher.bench(|| reconcile(black_box(&view), black_box(now)));
+}
+
+#[divan::bench]
+fn pass_over_one_vm_start(bencher: Bencher) {
+    // The pass a controller runs for one VM start in the settled 10,000-claim world: the new run's launcher waits at
+    // the gate; only that run changed.
+    let mut view = STEADY.clone();
+    add_waiting_run(&mut view, &tenant(7), "vm-new", "h100", H100, at(10));
+    let mut changes = Changes::default();
+    changes.vmis.insert((tenant(7), "vm-new".to_owned()));
+    let now = at(100);
+    let actions = reconcile_changes(&view, now, &changes);
+    assert_eq!(actions, reconcile(&view, now), "the pass over the change decides what the full pass does");
+    assert_eq!(pins(&actions).len(), 1);
+    bencher.bench(|| reconcile_changes(black_box(&view), black_box(now), black_box(&changes)));
 }
