@@ -2,8 +2,8 @@
 //! random stream per actor, an event log whose hash a seed reproduces, and the API server's rules the engine's
 //! decisions must pass.
 //!
-//! So far: the kernel ([`kernel`]), the per-actor random streams ([`rng`]), the event log ([`log`]) and the API
-//! server's scheduling-gate rules ([`apiserver::gates`]). The actors (API server, scheduler, kubelet, KubeVirt
+//! So far: the kernel ([`kernel`]), the per-actor random streams ([`rng`]), the event log ([`log`]), the API
+//! server's scheduling-gate rules ([`apiserver::gates`]) and kube-scheduler's filters and choice ([`scheduler`]). The actors (API server, scheduler, kubelet, KubeVirt
 //! controllers, the GPU controller) come with the rest of the twin.
 //!
 //! ```
@@ -20,3 +20,4 @@ pub mod apiserver;
 pub mod kernel;
 pub mod log;
 pub mod rng;
+pub mod scheduler;
