@@ -3,7 +3,8 @@
 //! decisions must pass.
 //!
 //! So far: the kernel ([`kernel`]), the per-actor random streams ([`rng`]), the event log ([`log`]), the API
-//! server's scheduling-gate rules ([`apiserver::gates`]) and kube-scheduler's filters and choice ([`scheduler`]). The actors (API server, scheduler, kubelet, KubeVirt
+//! server's scheduling-gate rules ([`apiserver::gates`]), kube-scheduler's filters and choice ([`scheduler`]), and
+//! KubeVirt's timing ([`kubevirt`]: start backoff, the create-retry rate limiter, migration target timeouts). The actors (API server, scheduler, kubelet, KubeVirt
 //! controllers, the GPU controller) come with the rest of the twin.
 //!
 //! ```
@@ -18,6 +19,7 @@
 
 pub mod apiserver;
 pub mod kernel;
+pub mod kubevirt;
 pub mod log;
 pub mod rng;
 pub mod scheduler;
