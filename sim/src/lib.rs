@@ -4,7 +4,9 @@
 //!
 //! So far: the kernel ([`kernel`]), the per-actor random streams ([`rng`]), the event log ([`log`]), the API
 //! server's scheduling-gate rules ([`apiserver::gates`]), kube-scheduler's filters and choice ([`scheduler`]), and
-//! KubeVirt's timing ([`kubevirt`]: start backoff, the create-retry rate limiter, migration target timeouts). The actors (API server, scheduler, kubelet, KubeVirt
+//! KubeVirt's timing ([`kubevirt`]: start backoff, the create-retry rate limiter, migration target timeouts), the
+//! launcher as KubeVirt renders it ([`launcher`]), and a first [`world`] that carries one VM's start through the
+//! whole path (webhooks, gate, GPU controller, scheduler, kubelet, KubeVirt). The actors (API server, scheduler, kubelet, KubeVirt
 //! controllers, the GPU controller) come with the rest of the twin.
 //!
 //! ```
@@ -20,6 +22,8 @@
 pub mod apiserver;
 pub mod kernel;
 pub mod kubevirt;
+pub mod launcher;
 pub mod log;
 pub mod rng;
 pub mod scheduler;
+pub mod world;

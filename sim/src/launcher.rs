@@ -1,0 +1,78 @@
+//! How KubeVirt renders a VMI's launcher pod (pkg/virt-controller/services/template.go), as far as scheduling and
+//! GPU claims care: its labels, the VMI's labels and annotations copied, the `kubevirt.io/schedulable`
+//! nodeSelector, the host-model node-affinity term, the default NoExecute tolerations, and requests for CPU,
+//! memory, KubeVirt's device plugins and one unit per GPU entry.
+
+use std::collections::BTreeMap;
+
+use gpuclaim_engine::keys::{self, kubevirt};
+use gpuclaim_engine::model::{Pod, PodPhase, Time, Vmi};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+
+/// The requests the compute container adds besides the VM's own CPU and memory.
+pub const DEVICE_PLUGINS: [&str; 3] =
+    ["devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"];
+/// template.go: the label the node labeller sets on nodes whose host CPU model is obsolete.
+pub const OBSOLETE_HOST_MODEL: &str = "node-labeller.kubevirt.io/obsolete-host-model";
+
+/// The launcher pod of `vmi` named `name`, requesting `cpu_millis` and `memory_bytes`.
+pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64, created: Time) -> Pod {
+    let mut labels = vmi.labels.clone();
+    labels.insert(kubevirt::LABEL_APP.to_owned(), kubevirt::LAUNCHER.to_owned());
+    labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.clone());
+    labels.insert("vm.kubevirt.io/name".to_owned(), vmi.name.clone());
+    // template.go filterVMIAnnotationsForPod: every VMI annotation but kubectl's and the API-version bookkeeping.
+    let mut annotations: BTreeMap<String, String> = vmi
+        .annotations
+        .iter()
+        .filter(|(key, _)| {
+            !key.starts_with("kubectl.kubernetes.io")
+                && !key.starts_with("kubevirt.io/storage-observed-api-version")
+                && !key.starts_with("kubevirt.io/latest-observed-api-version")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    annotations.insert("kubectl.kubernetes.io/default-container".to_owned(), "compute".to_owned());
+    let mut devices: BTreeMap<String, u64> = DEVICE_PLUGINS.iter().map(|d| ((*d).to_owned(), 1)).collect();
+    for gpu in &vmi.gpus {
+        *devices.entry(gpu.device_name.clone()).or_insert(0) += 1;
+    }
+    Pod {
+        namespace: vmi.namespace.clone(),
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        resource_version: String::new(),
+        created,
+        labels,
+        annotations,
+        scheduling_gates: Vec::new(),
+        tolerations: ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]
+            .iter()
+            .map(|key| Toleration {
+                key: Some((*key).to_owned()),
+                operator: Some("Exists".to_owned()),
+                effect: Some("NoExecute".to_owned()),
+                toleration_seconds: Some(300),
+                value: None,
+            })
+            .collect(),
+        node_selector: BTreeMap::from([(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned())]),
+        required_terms: Some(vec![NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: OBSOLETE_HOST_MODEL.to_owned(),
+                operator: "DoesNotExist".to_owned(),
+                values: None,
+            }]),
+            match_fields: None,
+        }]),
+        pod_affinity: None,
+        pod_anti_affinity: None,
+        node_name: None,
+        phase: PodPhase::Pending,
+        cpu_millis,
+        memory_bytes,
+        devices,
+        owner_vmi: Some(vmi.reference()),
+        waiting: None,
+    }
+}

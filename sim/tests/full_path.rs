@@ -1,0 +1,94 @@
+//! One VM with a claim template, through the whole path in the twin: render, VMI webhook, launcher, pod webhook
+//! (gated), GPU controller (template claim, placement, pin and ungate in one update the API server accepts),
+//! scheduler, kubelet, Running, on the node its claim is bound to; and the same seed gives the same log hash.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use gpuclaim_engine::fixtures::{self, gpu_node};
+use gpuclaim_engine::model::{ClaimPhase, GpuMode, PodPhase, View, VmiPhase};
+use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::scheduling::is_pinned_to;
+use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::log::EventLog;
+use gpuclaim_sim::world::{Event, Timing, VmSpec, World};
+
+const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn cluster() -> View {
+    let mut view = View::default();
+    view.upsert_class(fixtures::class("h100", H100, GpuMode::Passthrough, 8, 0));
+    view.upsert_node(gpu_node("gpu-1", H100, 8));
+    view.upsert_node(gpu_node("gpu-2", H100, 4));
+    view.set_vgpu_entitled("tenant-a", false);
+    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 8)].into());
+    view
+}
+
+fn run(seed: u64) -> (World, String) {
+    let lines = Lines::default();
+    let mut world = World::new(seed, cluster(), Timing::default(), EventLog::new(Some(Box::new(lines.clone()))));
+    let vm = VmSpec {
+        namespace: "tenant-a".into(),
+        name: "trainer".into(),
+        gpus: vec![GpuEntry::ClaimTemplate(ClaimTemplate { class: "h100".into(), count: 3 })],
+        cpu_millis: 4_000,
+        memory_bytes: 16 << 30,
+    };
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
+    world.run(Millis::seconds(120), 10_000).expect("the run ends within its bounds");
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (world, text)
+}
+
+#[test]
+fn a_vm_with_a_claim_template_runs_on_the_node_its_claim_is_bound_to() {
+    let (world, log) = run(1);
+    let store = &world.store;
+    let vmi = store.vmi("tenant-a", "trainer").expect("the VMI exists");
+    assert_eq!(vmi.phase, VmiPhase::Running, "log:\n{log}");
+    let claim = store.claim("tenant-a", "trainer-gpu-0").expect("the template claim exists");
+    assert_eq!((claim.phase, claim.node.as_deref()), (ClaimPhase::Attached, Some("gpu-2")), "best fit");
+    let pod = store.vmi_pods("tenant-a", "trainer").next().expect("the launcher");
+    assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Running, Some("gpu-2")));
+    assert!(pod.scheduling_gates.is_empty());
+    let terms = pod.required_terms.as_deref().unwrap();
+    assert_eq!(terms.len(), 1, "KubeVirt's one term, with the pin appended");
+    assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "node-labeller.kubevirt.io/obsolete-host-model");
+    assert_eq!(is_pinned_to(terms), Some("gpu-2"));
+    assert_eq!(vmi.node_name.as_deref(), Some("gpu-2"));
+    // The launcher was created gated, waited, then was pinned and ungated in one update, then bound.
+    let launcher = &pod.name;
+    let order: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(launcher.as_str()))
+        .map(|line| line.split("\"what\":\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    assert_eq!(order, ["Created", "SchedulingGated", "PinnedAndUngated", "Bound", "Running"], "log:\n{log}");
+    assert_eq!(store.open_usages().count(), 1);
+    assert_eq!(store.class("h100").unwrap().published.free_units, 9);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_event_log() {
+    let (a, log_a) = run(7);
+    let (b, log_b) = run(7);
+    assert_eq!(log_a, log_b);
+    assert_eq!(a.log_hash(), b.log_hash());
+    let (c, _) = run(8);
+    assert_ne!(a.log_hash(), c.log_hash(), "another seed, another kubelet start latency");
+}
