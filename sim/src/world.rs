@@ -29,6 +29,8 @@ pub struct VmSpec {
     pub gpus: Vec<GpuEntry>,
     pub cpu_millis: u64,
     pub memory_bytes: u64,
+    /// How long the VM runs once Running, then stops (`None`: until the end).
+    pub lifetime: Option<Millis>,
 }
 
 /// The twin's timing (virtual), with defaults read off real clusters.
@@ -71,6 +73,10 @@ pub enum Event {
     PodStarted { namespace: String, pod: String },
     /// virt-handler reports the VMI running.
     VmiRunning { namespace: String, vmi: String },
+    /// The tenant stops the VM: the VMI shuts down, its launcher exits.
+    StopVm { namespace: String, vm: String },
+    /// KubeVirt deletes the finished VMI and its pods; the garbage collector takes the VMI's dependents.
+    DeleteVmi { namespace: String, vmi: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,7 @@ pub struct World {
     requested: BTreeMap<String, Requested>,
     changes: Changes,
     wake_queued: bool,
+    vm_starts: u64,
     /// The Unix time virtual zero stands for (engine times are absolute).
     epoch_ms: i64,
 }
@@ -115,6 +122,7 @@ impl World {
             requested: BTreeMap::new(),
             changes: Changes::default(),
             wake_queued: false,
+            vm_starts: 0,
             epoch_ms: 1_800_000_000_000,
         }
     }
@@ -164,6 +172,8 @@ impl World {
             Event::Schedule { namespace, pod } => self.schedule_pod(&namespace, &pod),
             Event::PodStarted { namespace, pod } => self.pod_started(&namespace, &pod),
             Event::VmiRunning { namespace, vmi } => self.vmi_running(&namespace, &vmi),
+            Event::StopVm { namespace, vm } => self.stop_vm(&namespace, &vm),
+            Event::DeleteVmi { namespace, vmi } => self.delete_vmi(&namespace, &vmi),
         }
     }
 
@@ -372,14 +382,80 @@ impl World {
         vmi.phase = VmiPhase::Running;
         let node = vmi.node_name.clone().unwrap_or_default();
         self.store.upsert_vmi(vmi);
-        self.record(
-            "virt-handler",
-            &format!("VirtualMachineInstance {namespace}/{name}"),
-            "Running",
-            vec![("node", node)],
-        )?;
+        let object = format!("VirtualMachineInstance {namespace}/{name}");
+        self.record("virt-handler", &object, "Running", vec![("node", node)])?;
+        self.vm_starts += 1;
+        self.changes.vmis.insert((namespace.to_owned(), name.to_owned()));
+        if let Some(lifetime) = self.vms.get(&(namespace.to_owned(), name.to_owned())).and_then(|vm| vm.lifetime) {
+            let stop = Event::StopVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            self.schedule_at(self.now() + lifetime, stop)?;
+        }
+        self.wake_controller()
+    }
+
+    /// The VMI ends (Succeeded) and its pods exit; KubeVirt deletes it a moment later.
+    fn stop_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let Some(mut vmi) = self.store.vmi(namespace, name).cloned() else { return Ok(()) };
+        if vmi.phase.is_final() {
+            return Ok(());
+        }
+        vmi.phase = VmiPhase::Succeeded;
+        self.store.upsert_vmi(vmi);
+        self.record("virt-handler", &format!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
+        let pods: Vec<_> = self.store.vmi_pods(namespace, name).cloned().collect();
+        for mut pod in pods {
+            if let (Some(node), false) = (pod.node_name.clone(), pod.phase.is_terminal()) {
+                self.requested.get_mut(&node).expect("a bound pod is counted").remove(&pod);
+            }
+            pod.phase = PodPhase::Succeeded;
+            self.store.upsert_pod(pod);
+        }
+        self.changes.vmis.insert((namespace.to_owned(), name.to_owned()));
+        self.wake_controller()?;
+        let delete = Event::DeleteVmi { namespace: namespace.to_owned(), vmi: name.to_owned() };
+        self.schedule_at(self.now() + Millis::seconds(1), delete)
+    }
+
+    /// The VMI and its pods go; its dependents (template claims) are deleted by the garbage collector, and wait on
+    /// their finalizer until the controller lets go.
+    fn delete_vmi(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let Some(vmi) = self.store.remove_vmi(namespace, name) else { return Ok(()) };
+        let pods: Vec<String> = self.store.vmi_pods(namespace, name).map(|p| p.name.clone()).collect();
+        for pod in pods {
+            if let Some(pod) = self.store.remove_pod(namespace, &pod) {
+                if let (Some(node), false) = (pod.node_name.clone(), pod.phase.is_terminal()) {
+                    self.requested.get_mut(&node).expect("a bound pod is counted").remove(&pod);
+                }
+            }
+        }
+        let owned: Vec<_> = self
+            .store
+            .claims_of_run(namespace, name)
+            .filter(|c| c.owner_vmi.as_ref().is_some_and(|o| o.uid == vmi.uid))
+            .cloned()
+            .collect();
+        for mut claim in owned {
+            self.changes.claims.insert((claim.namespace.clone(), claim.name.clone()));
+            if claim.finalizer {
+                claim.deleting = true;
+                self.store.upsert_claim(claim);
+            } else {
+                self.store.remove_claim(&claim.namespace, &claim.name);
+            }
+        }
+        self.vms.remove(&(namespace.to_owned(), name.to_owned()));
+        self.record("api-server", &format!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
         self.changes.vmis.insert((namespace.to_owned(), name.to_owned()));
         self.wake_controller()
+    }
+
+    /// VMIs that reached Running so far.
+    pub fn vm_starts(&self) -> u64 {
+        self.vm_starts
+    }
+
+    pub fn events(&self) -> u64 {
+        self.kernel.handled()
     }
 
     /// Namespaces of every VM created so far.

@@ -48,6 +48,7 @@ fn run(seed: u64) -> (World, String) {
         gpus: vec![GpuEntry::ClaimTemplate(ClaimTemplate { class: "h100".into(), count: 3 })],
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
+        lifetime: None,
     };
     world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
     world.run(Millis::seconds(120), 10_000).expect("the run ends within its bounds");
@@ -91,4 +92,33 @@ fn the_same_seed_gives_the_same_event_log() {
     assert_eq!(a.log_hash(), b.log_hash());
     let (c, _) = run(8);
     assert_ne!(a.log_hash(), c.log_hash(), "another seed, another kubelet start latency");
+}
+
+#[test]
+fn a_stopped_vm_gives_its_units_to_the_vm_waiting_for_them() {
+    let mut store = cluster();
+    store.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 16)].into());
+    let mut world = World::new(3, store, Timing::default(), EventLog::new(None));
+    let vm = |name: &str, count: u32, lifetime: Option<u64>| VmSpec {
+        namespace: "tenant-a".into(),
+        name: name.into(),
+        gpus: vec![GpuEntry::ClaimTemplate(ClaimTemplate { class: "h100".into(), count })],
+        cpu_millis: 4_000,
+        memory_bytes: 16 << 30,
+        lifetime: lifetime.map(Millis::seconds),
+    };
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm("first", 8, Some(60)))).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(vm("second", 8, None))).unwrap();
+    world.run(Millis::seconds(30), 10_000).unwrap();
+    assert_eq!(world.store.vmi("tenant-a", "first").unwrap().phase, VmiPhase::Running);
+    let second = world.store.vmi_pods("tenant-a", "second").next().unwrap();
+    assert_eq!(second.waiting.as_ref().unwrap().reason, "NoCapacity", "8 units on one node are taken");
+    world.run(Millis::seconds(120), 10_000).unwrap();
+    assert!(world.store.vmi("tenant-a", "first").is_none(), "stopped and deleted");
+    assert!(world.store.claim("tenant-a", "first-gpu-0").is_none(), "its template claim went with it");
+    assert_eq!(world.store.vmi("tenant-a", "second").unwrap().phase, VmiPhase::Running);
+    assert_eq!(world.store.claim("tenant-a", "second-gpu-0").unwrap().node.as_deref(), Some("gpu-1"));
+    assert_eq!(world.vm_starts(), 2);
+    let closed: Vec<_> = world.store.usages().filter(|u| u.claim == "first-gpu-0").map(|u| u.end.is_some()).collect();
+    assert!(closed.is_empty() || closed == [true], "the record closed (or went with its claim)");
 }
