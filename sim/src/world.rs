@@ -422,10 +422,9 @@ impl World {
         let Some(vmi) = self.store.remove_vmi(namespace, name) else { return Ok(()) };
         let pods: Vec<String> = self.store.vmi_pods(namespace, name).map(|p| p.name.clone()).collect();
         for pod in pods {
-            if let Some(pod) = self.store.remove_pod(namespace, &pod) {
-                if let (Some(node), false) = (pod.node_name.clone(), pod.phase.is_terminal()) {
-                    self.requested.get_mut(&node).expect("a bound pod is counted").remove(&pod);
-                }
+            let Some(pod) = self.store.remove_pod(namespace, &pod) else { continue };
+            if let (Some(node), false) = (pod.node_name.clone(), pod.phase.is_terminal()) {
+                self.requested.get_mut(&node).expect("a bound pod is counted").remove(&pod);
             }
         }
         let owned: Vec<_> = self
