@@ -3,6 +3,7 @@
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 
 mod review_cmd;
+mod sim_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,29 @@ enum Command {
     },
     /// Prints the CRDs generated from the Rust types.
     Crds,
+    /// The discrete-event twin.
+    Sim {
+        #[command(subcommand)]
+        command: SimCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// One run of the twin on a scenario.
+    Run {
+        #[arg(value_name = "FILE")]
+        scenario: PathBuf,
+        /// The seed (else the scenario's, else one is drawn and printed first).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Write the event log (JSON lines) here.
+        #[arg(long, value_name = "FILE")]
+        events_out: Option<PathBuf>,
+        /// Print the run's figures as one JSON object.
+        #[arg(long)]
+        stats: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +82,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             review_cmd::run(&options)?;
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
+        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
+            sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,5 +25,6 @@ pub mod kubevirt;
 pub mod launcher;
 pub mod log;
 pub mod rng;
+pub mod scenario;
 pub mod scheduler;
 pub mod world;

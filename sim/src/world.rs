@@ -19,6 +19,7 @@ use crate::kernel::{Kernel, KernelError, Millis, RunError};
 use crate::launcher::render_launcher;
 use crate::log::{EventLog, LogError, Record};
 use crate::rng::Streams;
+use crate::scenario::exponential;
 use crate::scheduler::{Requested, schedule};
 
 /// A VirtualMachine as the tenant's chart renders it.
@@ -77,6 +78,17 @@ pub enum Event {
     StopVm { namespace: String, vm: String },
     /// KubeVirt deletes the finished VMI and its pods; the garbage collector takes the VMI's dependents.
     DeleteVmi { namespace: String, vmi: String },
+    /// The next VM of a workload arrives.
+    Arrival { workload: usize },
+}
+
+/// VMs arriving as a Poisson process.
+#[derive(Clone, Debug)]
+struct Workload {
+    template: VmSpec,
+    mean_interarrival: Millis,
+    mean_lifetime: Millis,
+    arrived: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +117,9 @@ pub struct World {
     changes: Changes,
     wake_queued: bool,
     vm_starts: u64,
+    workloads: Vec<Workload>,
+    /// The log's hash once the log was taken.
+    closed_hash: Option<String>,
     /// The Unix time virtual zero stands for (engine times are absolute).
     epoch_ms: i64,
 }
@@ -123,6 +138,8 @@ impl World {
             changes: Changes::default(),
             wake_queued: false,
             vm_starts: 0,
+            workloads: Vec::new(),
+            closed_hash: None,
             epoch_ms: 1_800_000_000_000,
         }
     }
@@ -132,7 +149,15 @@ impl World {
     }
 
     pub fn log_hash(&self) -> String {
-        self.log.hash()
+        self.closed_hash.clone().unwrap_or_else(|| self.log.hash())
+    }
+
+    /// Ends the log (its sink flushed and closed); the hash stays readable.
+    pub fn take_log(&mut self) -> EventLog {
+        let hash_keeper = EventLog::new(None);
+        let log = std::mem::replace(&mut self.log, hash_keeper);
+        self.closed_hash = Some(log.hash());
+        log
     }
 
     pub fn schedule_at(&mut self, at: Millis, event: Event) -> Result<(), WorldError> {
@@ -174,6 +199,7 @@ impl World {
             Event::VmiRunning { namespace, vmi } => self.vmi_running(&namespace, &vmi),
             Event::StopVm { namespace, vm } => self.stop_vm(&namespace, &vm),
             Event::DeleteVmi { namespace, vmi } => self.delete_vmi(&namespace, &vmi),
+            Event::Arrival { workload } => self.arrival(workload),
         }
     }
 
@@ -446,6 +472,34 @@ impl World {
         self.record("api-server", &format!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
         self.changes.vmis.insert((namespace.to_owned(), name.to_owned()));
         self.wake_controller()
+    }
+
+    /// Adds a workload: VMs like `template` (named `<template name>-<n>`) arriving `arrivals_per_hour` on
+    /// average, each running an exponentially distributed time of mean `mean_lifetime`.
+    pub fn add_workload(
+        &mut self,
+        template: VmSpec,
+        arrivals_per_hour: f64,
+        mean_lifetime: Millis,
+    ) -> Result<(), WorldError> {
+        let mean_interarrival = Millis(((3_600_000.0 / arrivals_per_hour) as u64).max(1));
+        let index = self.workloads.len();
+        self.workloads.push(Workload { template, mean_interarrival, mean_lifetime, arrived: 0 });
+        let first = exponential(self.streams.of(&format!("workload/{index}")), mean_interarrival);
+        self.schedule_at(self.now() + first, Event::Arrival { workload: index })
+    }
+
+    fn arrival(&mut self, index: usize) -> Result<(), WorldError> {
+        let stream = format!("workload/{index}");
+        let workload = &mut self.workloads[index];
+        workload.arrived += 1;
+        let mut vm = workload.template.clone();
+        vm.name = format!("{}-{}", vm.name, workload.arrived);
+        let (mean_lifetime, mean_interarrival) = (workload.mean_lifetime, workload.mean_interarrival);
+        vm.lifetime = Some(exponential(self.streams.of(&stream), mean_lifetime));
+        let next = exponential(self.streams.of(&stream), mean_interarrival);
+        self.schedule_at(self.now() + next, Event::Arrival { workload: index })?;
+        self.create_vm(vm)
     }
 
     /// VMIs that reached Running so far.

@@ -1,0 +1,331 @@
+//! Scenario files (YAML): the cluster (classes, node groups, tenants), the workloads (VM arrivals with lifetimes)
+//! and timed VMs, the duration and the seed. Loading builds the world; bad input names the field and the reason.
+//!
+//! ```yaml
+//! name: small
+//! duration: 6h
+//! cluster:
+//!   classes: [{name: h100, resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}]
+//!   nodes: [{prefix: gpu-, count: 4, cpu: "64", memory: 512Gi, devices: {nvidia.com/H100: 8}}]
+//!   tenants: [{name: tenant-a, budgets: {h100: 16}}]
+//! workloads:
+//! - {tenant: tenant-a, prefix: train, arrivalsPerHour: 6, meanLifetime: 1h, cpu: "4", memory: 16Gi,
+//!    gpus: [{claimTemplate: {class: h100, count: 2}}]}
+//! ```
+
+use std::collections::BTreeMap;
+
+use gpuclaim_engine::keys::{self, kubevirt};
+use gpuclaim_engine::model::{Class, GpuMode, Node, Published, View};
+use gpuclaim_engine::quantity;
+use gpuclaim_engine::references::GpuEntry;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use rand::RngExt;
+use serde::Deserialize;
+
+use crate::kernel::Millis;
+use crate::launcher::DEVICE_PLUGINS;
+use crate::log::EventLog;
+use crate::world::{Event, Timing, VmSpec, World, WorldError};
+
+/// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
+pub const NODES_MAX: u32 = 1_000_000;
+pub const WORKLOADS_MAX: usize = 10_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The run's seed, unless the command line gives one.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    pub duration: Duration,
+    pub cluster: Cluster,
+    #[serde(default)]
+    pub workloads: Vec<Workload>,
+    #[serde(default)]
+    pub vms: Vec<TimedVm>,
+}
+
+/// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Duration(pub Millis);
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_duration(&text).map(Duration).map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Millis, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let value: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 6h or 30d"))?;
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{text:?} has no unit (ms, s, m, h or d)")),
+    };
+    value.checked_mul(scale).map(Millis).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cluster {
+    pub classes: Vec<ClassSpec>,
+    pub nodes: Vec<NodeGroup>,
+    #[serde(default)]
+    pub tenants: Vec<TenantSpec>,
+    /// The platform switch (`_cluster.gpu-claims-enabled`); on unless said otherwise.
+    #[serde(default = "yes")]
+    pub claims_enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClassSpec {
+    pub name: String,
+    pub resource_name: String,
+    pub mode: GpuMode,
+    pub max_count: u32,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub live_migratable: bool,
+}
+
+/// `count` identical nodes named `<prefix><index>` (four digits).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeGroup {
+    pub prefix: String,
+    pub count: u32,
+    pub cpu: String,
+    pub memory: String,
+    #[serde(default)]
+    pub devices: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantSpec {
+    pub name: String,
+    #[serde(default)]
+    pub vgpu_entitled: bool,
+    /// class → units (a ResourceQuota's `requests.gpu.cozystack.io/<class>`).
+    #[serde(default)]
+    pub budgets: BTreeMap<String, u64>,
+}
+
+/// VMs arriving as a Poisson process, each running for an exponentially distributed time once Running.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    pub tenant: String,
+    pub prefix: String,
+    pub arrivals_per_hour: f64,
+    pub mean_lifetime: Duration,
+    pub gpus: Vec<GpuEntry>,
+    pub cpu: String,
+    pub memory: String,
+}
+
+/// One VM created at a given time.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimedVm {
+    pub at: Duration,
+    pub tenant: String,
+    pub name: String,
+    pub gpus: Vec<GpuEntry>,
+    pub cpu: String,
+    pub memory: String,
+    #[serde(default)]
+    pub lifetime: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("field {field}: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error(transparent)]
+    World(#[from] WorldError),
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid { field: field.into(), reason: reason.into() }
+}
+
+/// Parses a scenario, naming the field that does not fit.
+pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
+    // Through JSON values: a VM's `gpus` entries are maps (`{claimTemplate: ...}`), which YAML's enum mapping would
+    // want as tags.
+    let value: serde_json::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| invalid("(scenario)", format!("not valid YAML: {e}")))?;
+    serde_path_to_error::deserialize(&value).map_err(|e| {
+        let field = e.path().to_string();
+        invalid(if field == "." { "(scenario)".to_owned() } else { field }, e.into_inner().to_string())
+    })
+}
+
+impl Scenario {
+    /// The world this scenario starts from, with its workloads' first arrivals and its timed VMs scheduled.
+    pub fn build(&self, seed: u64, log: EventLog) -> Result<World, ScenarioError> {
+        let mut world = World::new(seed, self.store()?, Timing::default(), log);
+        world.claims_enabled = self.cluster.claims_enabled;
+        if self.workloads.len() > WORKLOADS_MAX {
+            return Err(invalid("workloads", format!("more than {WORKLOADS_MAX}")));
+        }
+        for (index, workload) in self.workloads.iter().enumerate() {
+            let field = format!("workloads[{index}]");
+            if !(workload.arrivals_per_hour > 0.0 && workload.arrivals_per_hour.is_finite()) {
+                return Err(invalid(format!("{field}.arrivalsPerHour"), "must be a positive number"));
+            }
+            let template =
+                vm_spec(&workload.tenant, &workload.prefix, &workload.gpus, &workload.cpu, &workload.memory, &field)?;
+            world.add_workload(template, workload.arrivals_per_hour, workload.mean_lifetime.0)?;
+        }
+        for (index, vm) in self.vms.iter().enumerate() {
+            let mut spec = vm_spec(&vm.tenant, &vm.name, &vm.gpus, &vm.cpu, &vm.memory, &format!("vms[{index}]"))?;
+            spec.lifetime = vm.lifetime.map(|d| d.0);
+            world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
+        }
+        Ok(world)
+    }
+
+    fn store(&self) -> Result<View, ScenarioError> {
+        let mut store = View::default();
+        for class in &self.cluster.classes {
+            store.upsert_class(Class {
+                name: class.name.clone(),
+                resource_name: class.resource_name.clone(),
+                mode: class.mode,
+                max_count: class.max_count,
+                node_selector: class.node_selector.clone(),
+                tolerations: class.tolerations.clone(),
+                live_migratable: class.live_migratable,
+                published: Published::default(),
+                resource_version: "1".to_owned(),
+            });
+        }
+        let total: u64 = self.cluster.nodes.iter().map(|g| u64::from(g.count)).sum();
+        if total > u64::from(NODES_MAX) {
+            return Err(invalid("cluster.nodes", format!("more than {NODES_MAX} nodes in all")));
+        }
+        for (index, group) in self.cluster.nodes.iter().enumerate() {
+            let field = format!("cluster.nodes[{index}]");
+            let cpu_millis =
+                quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
+            let memory_bytes =
+                quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
+            for n in 0..group.count {
+                let name = format!("{}{n:04}", group.prefix);
+                let mut labels = group.labels.clone();
+                labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
+                labels.insert(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned());
+                let mut devices = group.devices.clone();
+                for plugin in DEVICE_PLUGINS {
+                    devices.entry(plugin.to_owned()).or_insert(1_000);
+                }
+                store.upsert_node(Node {
+                    name,
+                    resource_version: "1".to_owned(),
+                    labels,
+                    taints: group.taints.clone(),
+                    unschedulable: false,
+                    ready: true,
+                    cpu_millis,
+                    memory_bytes,
+                    devices,
+                });
+            }
+        }
+        for tenant in &self.cluster.tenants {
+            store.set_vgpu_entitled(&tenant.name, tenant.vgpu_entitled);
+            if !tenant.budgets.is_empty() {
+                store.upsert_quota(&tenant.name, "gpu-budget", tenant.budgets.clone());
+            }
+        }
+        Ok(store)
+    }
+}
+
+fn vm_spec(
+    tenant: &str,
+    name: &str,
+    gpus: &[GpuEntry],
+    cpu: &str,
+    memory: &str,
+    field: &str,
+) -> Result<VmSpec, ScenarioError> {
+    Ok(VmSpec {
+        namespace: tenant.to_owned(),
+        name: name.to_owned(),
+        gpus: gpus.to_vec(),
+        cpu_millis: quantity::cpu_millis(cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?,
+        memory_bytes: quantity::bytes(memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?,
+        lifetime: None,
+    })
+}
+
+/// An exponentially distributed draw with the given mean, in whole milliseconds (at least 1). `libm`'s logarithm
+/// is the same on every machine, which the event-log hash needs.
+pub fn exponential(rng: &mut rand_chacha::ChaCha8Rng, mean: Millis) -> Millis {
+    // Uniform in (0, 1]: never zero, so the logarithm is finite.
+    let uniform = (rng.random_range(0..(1u64 << 53)) + 1) as f64 / (1u64 << 53) as f64;
+    let draw = -libm::log(uniform) * mean.0 as f64;
+    Millis((draw as u64).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::actor_stream;
+
+    #[test]
+    fn durations_read_their_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Millis(90_000)));
+        assert_eq!(parse_duration("30d"), Ok(Millis(2_592_000_000)));
+        assert_eq!(parse_duration("1500ms"), Ok(Millis(1_500)));
+        assert!(parse_duration("6").unwrap_err().contains("no unit"));
+        assert!(parse_duration("h").is_err());
+    }
+
+    #[test]
+    fn a_bad_field_is_named() {
+        let text =
+            "name: x\nduration: 1h\ncluster: {classes: [], nodes: [{prefix: n, count: 1, cpu: lots, memory: 1Gi}]}\n";
+        let scenario = parse_scenario(text).unwrap();
+        let error = scenario.build(1, EventLog::new(None)).err().unwrap();
+        assert_eq!(error.to_string(), "field cluster.nodes[0].cpu: \"lots\" is not a Kubernetes quantity: bad digits");
+        let error = parse_scenario("name: x\nduration: soon\ncluster: {classes: [], nodes: []}\n").unwrap_err();
+        assert!(error.to_string().starts_with("field duration: \"soon\""), "{error}");
+        let error = parse_scenario("name: x\nduraton: 1h\n").unwrap_err();
+        assert!(error.to_string().contains("unknown field `duraton`"), "{error}");
+    }
+
+    #[test]
+    fn exponential_draws_have_the_mean_asked() {
+        let mut rng = actor_stream(1, "workload");
+        let mean = Millis::seconds(60);
+        let total: u64 = (0..20_000).map(|_| exponential(&mut rng, mean).0).sum();
+        let observed = total / 20_000;
+        assert!((57_000..63_000).contains(&observed), "{observed}");
+    }
+}
