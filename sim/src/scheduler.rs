@@ -128,13 +128,13 @@ pub fn schedule<'n>(
         return Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() });
     }
     let mut total = 0;
-    let mut misfits: BTreeMap<String, u32> = BTreeMap::new();
+    let mut misfits: BTreeMap<Misfit, u32> = BTreeMap::new();
     let mut best: Option<(u64, &str)> = None;
     let mut ties = 0u32;
     for (node, requested) in nodes {
         total += 1;
         match filter(pod, node, requested) {
-            Err(misfit) => *misfits.entry(misfit.to_string()).or_insert(0) += 1,
+            Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
             Ok(()) => {
                 let score = free_share(pod, node, requested);
                 match best {
@@ -159,6 +159,31 @@ pub fn schedule<'n>(
     }
 }
 
+/// [`schedule`] for a pod pinned to one node by `metadata.name` (what the GPU controller does): every other node
+/// fails node affinity, so only the pinned one is filtered, and the message counts the rest as kube-scheduler
+/// would. `total` is the number of nodes in the cluster.
+pub fn schedule_pinned<'n>(
+    pod: &Pod,
+    pinned: Option<(&'n Node, &'n Requested)>,
+    total: u32,
+) -> Result<&'n str, Unschedulable> {
+    if !pod.scheduling_gates.is_empty() {
+        return Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() });
+    }
+    let mut misfits: BTreeMap<Misfit, u32> = BTreeMap::new();
+    let others = total - u32::from(pinned.is_some());
+    if others > 0 {
+        misfits.insert(Misfit::Selector, others);
+    }
+    if let Some((node, requested)) = pinned {
+        match filter(pod, node, requested) {
+            Ok(()) => return Ok(node.name.as_str()),
+            Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
+        }
+    }
+    Err(Unschedulable { message: unschedulable_message(total, &misfits) })
+}
+
 /// LeastAllocated: the mean share of CPU and memory left once the pod is placed, in millionths.
 fn free_share(pod: &Pod, node: &Node, requested: &Requested) -> u64 {
     let share =
@@ -170,8 +195,12 @@ fn free_share(pod: &Pod, node: &Node, requested: &Requested) -> u64 {
 
 /// `0/N nodes are available: <count> <reason>, ...`, the "count reason" strings sorted as text, as kube-scheduler's
 /// FitError sorts them.
-fn unschedulable_message(total: u32, misfits: &BTreeMap<String, u32>) -> String {
-    let mut reasons: Vec<String> = misfits.iter().map(|(reason, count)| format!("{count} {reason}")).collect();
+fn unschedulable_message(total: u32, misfits: &BTreeMap<Misfit, u32>) -> String {
+    let mut by_text: BTreeMap<String, u32> = BTreeMap::new();
+    for (misfit, count) in misfits {
+        *by_text.entry(misfit.to_string()).or_insert(0) += count;
+    }
+    let mut reasons: Vec<String> = by_text.iter().map(|(reason, count)| format!("{count} {reason}")).collect();
     reasons.sort();
     if reasons.is_empty() {
         return format!("0/{total} nodes are available.");

@@ -12,6 +12,7 @@ use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{PodPhase, Time, View, Vmi, VmiPhase};
 use gpuclaim_engine::references::GpuEntry;
 use gpuclaim_engine::rules::{VmRender, admit_vmi, mutate_pod, render_vm};
+use gpuclaim_engine::scheduling::is_pinned_to;
 use rand::RngExt;
 
 use crate::apiserver::gates::{validate_pod_create, validate_pod_update};
@@ -20,7 +21,7 @@ use crate::launcher::render_launcher;
 use crate::log::{EventLog, LogError, Record};
 use crate::rng::Streams;
 use crate::scenario::exponential;
-use crate::scheduler::{Requested, schedule};
+use crate::scheduler::{Requested, schedule, schedule_pinned};
 
 /// A VirtualMachine as the tenant's chart renders it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,9 +363,18 @@ impl World {
             return self.record("scheduler", &object, "SchedulingGated", vec![]);
         }
         let empty = Requested::default();
-        let candidates: Vec<_> =
-            self.store.nodes().map(|n| (n, self.requested.get(&n.name).unwrap_or(&empty))).collect();
-        let verdict = schedule(&pod, candidates.into_iter(), self.streams.of("scheduler")).map(str::to_owned);
+        let total = self.store.nodes().count() as u32;
+        let verdict = match pod.required_terms.as_deref().and_then(is_pinned_to) {
+            // Pinned by the GPU controller: only that node can pass node affinity.
+            Some(pinned) => {
+                let node = self.store.node(pinned).map(|n| (n, self.requested.get(pinned).unwrap_or(&empty)));
+                schedule_pinned(&pod, node, total).map(str::to_owned)
+            }
+            None => {
+                let candidates = self.store.nodes().map(|n| (n, self.requested.get(&n.name).unwrap_or(&empty)));
+                schedule(&pod, candidates, self.streams.of("scheduler")).map(str::to_owned)
+            }
+        };
         match verdict {
             Ok(node) => {
                 let mut bound = pod;
