@@ -19,7 +19,7 @@ fn a_million_events_through_the_queue(bencher: Bencher) {
             kernel.schedule_at(Millis(actor), actor).unwrap();
         }
         let ran = kernel
-            .run(Millis(u64::MAX / 2), EVENTS, |kernel, now, actor| -> Result<(), ()> {
+            .run(Millis(u64::MAX / 2), 2 * EVENTS, |kernel, now, actor| -> Result<(), ()> {
                 if kernel.handled() + kernel.queued() as u64 <= EVENTS {
                     kernel.schedule_at(now + Millis(1 + actor % 97), actor).unwrap();
                 }
