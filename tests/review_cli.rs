@@ -983,7 +983,7 @@ fn every_example_review_answers_as_the_readme_says() {
 }
 
 #[test]
-fn the_readme_main_job_prints_the_answer_and_its_decoded_patch() {
+fn the_readme_review_example_prints_the_answer_and_its_decoded_patch() {
     let args = ["review", "--objects", "examples/objects.yaml", "examples/reviews/vmi-trainer.json", "--pretty"];
     let plain = gpuclaim(&args, None);
     let run = gpuclaim(&[&args[..], &["--show-patch"]].concat(), None);

@@ -70,3 +70,12 @@ fn a_bad_scenario_exits_2_naming_the_field() {
     assert!(stderr.contains("bad.yaml"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_readme_main_job_runs_the_example_scenario() {
+    // As the README runs it: the example scenario with --stats, from the repository root.
+    let run = stats(&["sim", "run", "scenarios/examples/small.yaml", "--stats"]);
+    assert_eq!(run["scenario"], "small");
+    assert_eq!(run["seed"], 1, "the scenario's own seed");
+    assert_eq!(run["simulated_seconds"], 86_400.0);
+}
