@@ -363,7 +363,7 @@ impl World {
             return self.record("scheduler", &object, "SchedulingGated", vec![]);
         }
         let empty = Requested::default();
-        let total = self.store.nodes().count() as u32;
+        let total = self.store.node_count() as u32;
         let verdict = match pod.required_terms.as_deref().and_then(is_pinned_to) {
             // Pinned by the GPU controller: only that node can pass node affinity.
             Some(pinned) => {

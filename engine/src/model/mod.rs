@@ -89,6 +89,10 @@ impl View {
         self.nodes.values()
     }
 
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
         self.pods.get(namespace)?.get(name)
     }
