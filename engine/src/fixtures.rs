@@ -259,3 +259,16 @@ pub fn gated_launcher(
     pod.tolerations.push(gpu_toleration(resource_name));
     pod
 }
+
+/// The smallest cluster where placement has a choice: class `h100` (passthrough, max 8, nothing published yet) on
+/// two nodes of 8 and 4 units, and tenant `tenant-a` (not vGPU-entitled) with a budget of 8.
+pub fn two_node_cluster() -> View {
+    let resource = "nvidia.com/GH100_H100_SXM5_80GB";
+    let mut view = View::default();
+    view.upsert_class(class("h100", resource, GpuMode::Passthrough, 8, 0));
+    view.upsert_node(gpu_node("gpu-1", resource, 8));
+    view.upsert_node(gpu_node("gpu-2", resource, 4));
+    view.set_vgpu_entitled("tenant-a", false);
+    view.upsert_quota("tenant-a", "gpu-budget", BTreeMap::from([("h100".to_owned(), 8)]));
+    view
+}

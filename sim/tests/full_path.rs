@@ -5,15 +5,13 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use gpuclaim_engine::fixtures::{self, gpu_node};
-use gpuclaim_engine::model::{ClaimPhase, GpuMode, PodPhase, View, VmiPhase};
+use gpuclaim_engine::fixtures;
+use gpuclaim_engine::model::{ClaimPhase, PodPhase, View, VmiPhase};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::world::{Event, Timing, VmSpec, World};
-
-const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 
 #[derive(Clone, Default)]
 struct Lines(Arc<Mutex<Vec<u8>>>);
@@ -30,13 +28,7 @@ impl Write for Lines {
 }
 
 fn cluster() -> View {
-    let mut view = View::default();
-    view.upsert_class(fixtures::class("h100", H100, GpuMode::Passthrough, 8, 0));
-    view.upsert_node(gpu_node("gpu-1", H100, 8));
-    view.upsert_node(gpu_node("gpu-2", H100, 4));
-    view.set_vgpu_entitled("tenant-a", false);
-    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 8)].into());
-    view
+    fixtures::two_node_cluster()
 }
 
 fn run(seed: u64) -> (World, String) {

@@ -27,13 +27,7 @@ fn settle(view: &mut View, now: Time) -> Vec<Vec<Action>> {
 
 /// Two H100 nodes (8 and 4 units), one class, one tenant with budget 8.
 fn world() -> View {
-    let mut view = View::default();
-    view.upsert_class(fixtures::class("h100", H100, GpuMode::Passthrough, 8, 0));
-    view.upsert_node(gpu_node("gpu-1", H100, 8));
-    view.upsert_node(gpu_node("gpu-2", H100, 4));
-    view.set_vgpu_entitled("tenant-a", false);
-    view.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 8)].into());
-    view
+    fixtures::two_node_cluster()
 }
 
 #[test]
