@@ -5,7 +5,7 @@
 //!
 //! Same-time events run in the order they were scheduled. Every transition is one event-log line.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use gpuclaim_engine::controller::{Action, Changes, apply, reconcile_changes};
 use gpuclaim_engine::keys;
@@ -519,10 +519,5 @@ impl World {
 
     pub fn events(&self) -> u64 {
         self.kernel.handled()
-    }
-
-    /// Namespaces of every VM created so far.
-    pub fn vm_keys(&self) -> BTreeSet<(String, String)> {
-        self.vms.keys().cloned().collect()
     }
 }

@@ -16,7 +16,7 @@ pub use objects::*;
 pub use tenant::Tenant;
 
 use crate::keys;
-use crate::rules::{PodRole, pod_role};
+use crate::rules::pod_role;
 use crate::scheduling::is_pinned_to;
 
 /// The world the engine decides on: what the webhooks' and the controller's caches hold.
@@ -490,8 +490,7 @@ pub fn is_claims_pod(pod: &Pod) -> bool {
 
 /// A launcher or volume binder that still holds the placement gate.
 pub fn holds_placement_gate(pod: &Pod) -> bool {
-    matches!(pod_role(pod), PodRole::Launcher | PodRole::VolumeBinder)
-        && pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT)
+    pod_role(pod).is_gated() && pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT)
 }
 
 /// The node whose resources a pod takes: where it is bound, or where it is pinned once ungated (the scheduler can

@@ -84,6 +84,13 @@ pub enum PodRole {
     VolumeBinder,
 }
 
+impl PodRole {
+    /// The roles the placement gate holds: the launcher and the volume binder.
+    pub fn is_gated(self) -> bool {
+        matches!(self, PodRole::Launcher | PodRole::VolumeBinder)
+    }
+}
+
 /// Tells a pod's role from its labels and annotations alone.
 pub fn pod_role(pod: &Pod) -> PodRole {
     if pod.labels.get(keys::LABEL_CLAIMS).map(String::as_str) != Some(keys::TRUE) {
@@ -106,7 +113,7 @@ pub fn pod_role(pod: &Pod) -> PodRole {
 /// may be called again). The classes come from the attachments annotation KubeVirt copies from the VMI. A class
 /// deleted since the VMI was admitted adds no tolerations; the controller reports it while the pod waits.
 pub fn mutate_pod(view: &View, pod: &Pod) -> Result<PodPatch, PodRefusal> {
-    if !matches!(pod_role(pod), PodRole::Launcher | PodRole::VolumeBinder) {
+    if !pod_role(pod).is_gated() {
         return Ok(PodPatch::default());
     }
     let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(PodRefusal::MissingAttachments)?;
