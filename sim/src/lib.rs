@@ -20,6 +20,7 @@
 //! ```
 
 pub mod apiserver;
+pub mod gpu_controller;
 pub mod kernel;
 pub mod kubevirt;
 pub mod launcher;
@@ -27,4 +28,5 @@ pub mod log;
 pub mod rng;
 pub mod scenario;
 pub mod scheduler;
+pub mod scheduling_queue;
 pub mod world;

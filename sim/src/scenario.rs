@@ -1,5 +1,7 @@
-//! Scenario files (YAML): the cluster (classes, node groups, tenants), the workloads (VM arrivals with lifetimes)
-//! and timed VMs, the duration and the seed. Loading builds the world; bad input names the field and the reason.
+//! Scenario files (YAML): the cluster (classes, node groups, tenants), the workloads (VM arrivals with lifetimes,
+//! with claim templates or with held claims the tenant orders first), timed VMs, timed cluster events (nodes added,
+//! cordoned; the webhook's replicas), the duration and the seed. Loading builds the world; bad input names the field
+//! and the reason.
 //!
 //! ```yaml
 //! name: small
@@ -18,7 +20,7 @@ use std::collections::BTreeMap;
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
-use gpuclaim_engine::references::GpuEntry;
+use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use rand::RngExt;
 use serde::Deserialize;
@@ -26,7 +28,7 @@ use serde::Deserialize;
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
-use crate::world::{Event, Timing, VmSpec, World, WorldError};
+use crate::world::{Event, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
 
 /// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
 pub const NODES_MAX: u32 = 1_000_000;
@@ -47,6 +49,9 @@ pub struct Scenario {
     pub workloads: Vec<Workload>,
     #[serde(default)]
     pub vms: Vec<TimedVm>,
+    /// Cluster events at given times.
+    #[serde(default)]
+    pub events: Vec<TimedEvent>,
 }
 
 /// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
@@ -141,9 +146,32 @@ pub struct Workload {
     pub prefix: String,
     pub arrivals_per_hour: f64,
     pub mean_lifetime: Duration,
+    /// The VMs' `gpus` (raw names or references); empty when the workload orders held claims.
+    #[serde(default)]
     pub gpus: Vec<GpuEntry>,
+    /// Each VM's tenant orders a held claim like this first (through the order webhook) and the VM uses it; the
+    /// claim is deleted when the VM is gone. A refused order creates no VM.
+    #[serde(default)]
+    pub held_claim: Option<ClaimTemplate>,
     pub cpu: String,
     pub memory: String,
+}
+
+/// Something that happens to the cluster at a given time: exactly one of the optional fields.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimedEvent {
+    pub at: Duration,
+    /// Nodes join (named `<prefix><nnnn>`, numbered on from 0 like the cluster's groups: use a new prefix).
+    #[serde(default)]
+    pub add_nodes: Option<NodeGroup>,
+    #[serde(default)]
+    pub cordon: Option<String>,
+    #[serde(default)]
+    pub uncordon: Option<String>,
+    /// The webhook Service's ready replicas (0: an outage; creates the webhooks select are refused).
+    #[serde(default)]
+    pub webhook_replicas: Option<u32>,
 }
 
 /// One VM created at a given time.
@@ -197,14 +225,43 @@ impl Scenario {
             if !(workload.arrivals_per_hour > 0.0 && workload.arrivals_per_hour.is_finite()) {
                 return Err(invalid(format!("{field}.arrivalsPerHour"), "must be a positive number"));
             }
+            if workload.gpus.is_empty() == workload.held_claim.is_none() {
+                return Err(invalid(field, "give exactly one of gpus and heldClaim"));
+            }
             let template =
                 vm_spec(&workload.tenant, &workload.prefix, &workload.gpus, &workload.cpu, &workload.memory, &field)?;
-            world.add_workload(template, workload.arrivals_per_hour, workload.mean_lifetime.0)?;
+            let mut generator = WorldWorkload::new(template, workload.arrivals_per_hour, workload.mean_lifetime.0);
+            if let Some(order) = &workload.held_claim {
+                generator = generator.ordering(order.clone());
+            }
+            world.add_workload(generator)?;
         }
         for (index, vm) in self.vms.iter().enumerate() {
             let mut spec = vm_spec(&vm.tenant, &vm.name, &vm.gpus, &vm.cpu, &vm.memory, &format!("vms[{index}]"))?;
             spec.lifetime = vm.lifetime.map(|d| d.0);
             world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
+        }
+        for (index, timed) in self.events.iter().enumerate() {
+            let field = format!("events[{index}]");
+            let given = [
+                timed.add_nodes.is_some(),
+                timed.cordon.is_some(),
+                timed.uncordon.is_some(),
+                timed.webhook_replicas.is_some(),
+            ];
+            if given.iter().filter(|given| **given).count() != 1 {
+                return Err(invalid(field, "give exactly one of addNodes, cordon, uncordon and webhookReplicas"));
+            }
+            let event = if let Some(group) = &timed.add_nodes {
+                Event::AddNodes(nodes_of(group, &format!("{field}.addNodes"))?)
+            } else if let Some(node) = &timed.cordon {
+                Event::Cordon { node: node.clone(), cordoned: true }
+            } else if let Some(node) = &timed.uncordon {
+                Event::Cordon { node: node.clone(), cordoned: false }
+            } else {
+                Event::SetWebhookReplicas(timed.webhook_replicas.expect("one is given"))
+            };
+            world.schedule_at(timed.at.0, event)?;
         }
         Ok(world)
     }
@@ -229,31 +286,8 @@ impl Scenario {
             return Err(invalid("cluster.nodes", format!("more than {NODES_MAX} nodes in all")));
         }
         for (index, group) in self.cluster.nodes.iter().enumerate() {
-            let field = format!("cluster.nodes[{index}]");
-            let cpu_millis =
-                quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
-            let memory_bytes =
-                quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
-            for n in 0..group.count {
-                let name = format!("{}{n:04}", group.prefix);
-                let mut labels = group.labels.clone();
-                labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
-                labels.insert(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned());
-                let mut devices = group.devices.clone();
-                for plugin in DEVICE_PLUGINS {
-                    devices.entry(plugin.to_owned()).or_insert(1_000);
-                }
-                store.upsert_node(Node {
-                    name,
-                    resource_version: "1".to_owned(),
-                    labels,
-                    taints: group.taints.clone(),
-                    unschedulable: false,
-                    ready: true,
-                    cpu_millis,
-                    memory_bytes,
-                    devices,
-                });
+            for node in nodes_of(group, &format!("cluster.nodes[{index}]"))? {
+                store.upsert_node(node);
             }
         }
         for tenant in &self.cluster.tenants {
@@ -264,6 +298,36 @@ impl Scenario {
         }
         Ok(store)
     }
+}
+
+/// The nodes of a group: `<prefix><nnnn>`, schedulable for KubeVirt, with the device plugins KubeVirt's own
+/// resources come from.
+fn nodes_of(group: &NodeGroup, field: &str) -> Result<Vec<Node>, ScenarioError> {
+    let cpu_millis = quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
+    let memory_bytes = quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
+    let mut devices = group.devices.clone();
+    for plugin in DEVICE_PLUGINS {
+        devices.entry(plugin.to_owned()).or_insert(1_000);
+    }
+    Ok((0..group.count)
+        .map(|n| {
+            let name = format!("{}{n:04}", group.prefix);
+            let mut labels = group.labels.clone();
+            labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
+            labels.insert(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned());
+            Node {
+                name,
+                resource_version: "1".to_owned(),
+                labels,
+                taints: group.taints.clone(),
+                unschedulable: false,
+                ready: true,
+                cpu_millis,
+                memory_bytes,
+                devices: devices.clone(),
+            }
+        })
+        .collect())
 }
 
 fn vm_spec(

@@ -22,7 +22,7 @@ mod usage;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use actions::{Action, ClaimStatus, EventKind, ObjectRef};
-pub use apply::{Conflict, apply};
+pub use apply::{Conflict, apply, created_claim};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 

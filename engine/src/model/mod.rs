@@ -43,6 +43,8 @@ pub struct View {
     claims_by_node: BTreeMap<String, BTreeSet<(String, String)>>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(String, String)>,
+    /// (namespace, claim) → names of all its usage records, open or closed (they go with the claim).
+    usages_by_claim: BTreeMap<(String, String), BTreeSet<String>>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
@@ -253,6 +255,77 @@ impl View {
         }
     }
 
+    /// Edits a stored claim in place. Only when a field an index reads changed (class, count, node, attachment,
+    /// owner, template mark, deletion) is it re-indexed; a status phase, condition or resourceVersion change costs
+    /// no index work. Returns whether the claim exists.
+    pub fn edit_claim(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Claim)) -> bool {
+        let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
+        let before = ClaimIndexed::of(claim);
+        edit(claim);
+        if ClaimIndexed::of(claim) == before {
+            return true;
+        }
+        let edited = claim.clone();
+        before.restore(claim);
+        self.upsert_claim(edited);
+        true
+    }
+
+    /// Edits a stored pod in place, re-indexing only when a field an index reads changed (gate, owner, the node it
+    /// occupies, requests, the claims label).
+    pub fn edit_pod(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> bool {
+        let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
+        let before = PodIndexed::of(pod);
+        edit(pod);
+        if PodIndexed::of(pod) == before {
+            return true;
+        }
+        let edited = pod.clone();
+        before.restore(pod);
+        self.upsert_pod(edited);
+        true
+    }
+
+    /// Edits a stored VMI in place (no index reads a VMI).
+    pub fn edit_vmi(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Vmi)) -> bool {
+        let Some(vmi) = self.vmis.get_mut(namespace).and_then(|vmis| vmis.get_mut(name)) else { return false };
+        edit(vmi);
+        true
+    }
+
+    /// Edits a stored usage record in place, re-indexing only when it opened or closed or changed claim.
+    pub fn edit_usage(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Usage)) -> bool {
+        let Some(usage) = self.usages.get_mut(namespace).and_then(|usages| usages.get_mut(name)) else {
+            return false;
+        };
+        let before = (usage.claim.clone(), usage.end.is_none());
+        edit(usage);
+        if (usage.claim.as_str(), usage.end.is_none()) == (before.0.as_str(), before.1) {
+            return true;
+        }
+        let edited = usage.clone();
+        (usage.claim, usage.end) = (before.0, None);
+        if !before.1 {
+            usage.end = edited.end.or(Some(edited.start));
+        }
+        self.upsert_usage(edited);
+        true
+    }
+
+    /// Sets a class's resourceVersion (no index reads it).
+    pub fn set_class_resource_version(&mut self, name: &str, resource_version: String) -> bool {
+        let Some(class) = self.classes.get_mut(name) else { return false };
+        class.resource_version = resource_version;
+        true
+    }
+
+    /// Sets a node's resourceVersion (no index reads it).
+    pub fn set_node_resource_version(&mut self, name: &str, resource_version: String) -> bool {
+        let Some(node) = self.nodes.get_mut(name) else { return false };
+        node.resource_version = resource_version;
+        true
+    }
+
     pub fn set_vgpu_entitled(&mut self, namespace: &str, entitled: bool) {
         self.tenants.entry(namespace.to_owned()).or_default().vgpu_entitled = entitled;
     }
@@ -386,11 +459,14 @@ impl View {
             let claims = self.open_usages.entry(usage.namespace.clone()).or_default();
             claims.entry(usage.claim.clone()).or_default().insert(usage.name.clone());
         }
+        let by_claim = (usage.namespace.clone(), usage.claim.clone());
+        edit_set(&mut self.usages_by_claim, by_claim, usage.name.clone(), true);
         self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
     }
 
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
+        edit_set(&mut self.usages_by_claim, (old.namespace.clone(), old.claim.clone()), old.name.clone(), false);
         if let Some(claims) = self.open_usages.get_mut(namespace) {
             if let Some(open) = claims.get_mut(&old.claim) {
                 open.remove(&old.name);
@@ -403,6 +479,13 @@ impl View {
             }
         }
         Some(old)
+    }
+
+    /// Every usage record of a claim, open or closed.
+    pub fn usages_of_claim(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
+        let names = self.usages_by_claim.get(&(namespace.to_owned(), claim.to_owned()));
+        let usages = self.usages.get(namespace);
+        names.into_iter().flatten().filter_map(move |name| usages?.get(name))
     }
 
     /// The open usage records of a claim.
@@ -469,6 +552,97 @@ impl View {
             let class = &self.classes[&class];
             self.capacity.refresh(class, node, self.nodes.get(node));
         }
+    }
+}
+
+/// The fields of a claim the indexes read: an edit that keeps them needs no re-indexing.
+#[derive(PartialEq)]
+struct ClaimIndexed {
+    class: String,
+    count: u32,
+    node: Option<String>,
+    attached_to: Option<String>,
+    owner_vmi: Option<String>,
+    template: bool,
+    deleting: bool,
+}
+
+impl ClaimIndexed {
+    fn of(claim: &Claim) -> Self {
+        ClaimIndexed {
+            class: claim.class.clone(),
+            count: claim.count,
+            node: claim.node.clone(),
+            attached_to: claim.attached_to.as_ref().map(|vmi| vmi.name.clone()),
+            owner_vmi: claim.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
+            template: claim.template,
+            deleting: claim.deleting,
+        }
+    }
+
+    /// Puts the indexed fields back, so the stored claim matches what the indexes counted (and can be un-counted).
+    fn restore(self, claim: &mut Claim) {
+        claim.class = self.class;
+        claim.count = self.count;
+        claim.node = self.node;
+        claim.attached_to = self.attached_to.map(|name| VmiRef { name, uid: String::new() });
+        claim.owner_vmi = self.owner_vmi.map(|name| VmiRef { name, uid: String::new() });
+        claim.template = self.template;
+        claim.deleting = self.deleting;
+    }
+}
+
+/// The fields of a pod the indexes read.
+#[derive(PartialEq)]
+struct PodIndexed {
+    gated: bool,
+    created: Time,
+    owner_vmi: Option<String>,
+    occupied: Option<String>,
+    cpu_millis: u64,
+    memory_bytes: u64,
+    devices: BTreeMap<String, u64>,
+    claims_pod: bool,
+    phase: PodPhase,
+    node_name: Option<String>,
+    gates: Vec<String>,
+    required_terms: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
+    labels_claims: Option<String>,
+}
+
+impl PodIndexed {
+    fn of(pod: &Pod) -> Self {
+        PodIndexed {
+            gated: holds_placement_gate(pod),
+            created: pod.created,
+            owner_vmi: pod.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
+            occupied: occupied_node(pod).map(str::to_owned),
+            cpu_millis: pod.cpu_millis,
+            memory_bytes: pod.memory_bytes,
+            devices: pod.devices.clone(),
+            claims_pod: is_claims_pod(pod),
+            phase: pod.phase,
+            node_name: pod.node_name.clone(),
+            gates: pod.scheduling_gates.clone(),
+            required_terms: pod.required_terms.clone(),
+            labels_claims: pod.labels.get(keys::LABEL_CLAIMS).cloned(),
+        }
+    }
+
+    fn restore(self, pod: &mut Pod) {
+        pod.created = self.created;
+        pod.owner_vmi = self.owner_vmi.map(|name| VmiRef { name, uid: String::new() });
+        pod.cpu_millis = self.cpu_millis;
+        pod.memory_bytes = self.memory_bytes;
+        pod.devices = self.devices;
+        pod.phase = self.phase;
+        pod.node_name = self.node_name;
+        pod.scheduling_gates = self.gates;
+        pod.required_terms = self.required_terms;
+        match self.labels_claims {
+            Some(value) => pod.labels.insert(keys::LABEL_CLAIMS.to_owned(), value),
+            None => pod.labels.remove(keys::LABEL_CLAIMS),
+        };
     }
 }
 
