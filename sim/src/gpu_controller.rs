@@ -4,7 +4,9 @@
 //!
 //! A successful write is written through to the cache at once (client-go's mutation cache does the same for a
 //! controller's own objects), so the next pass never decides on units it has already spent; the watch event of that
-//! write then arrives with a revision the cache already holds and changes nothing. A refused write (a conflict, an
+//! write then arrives with a revision the cache already holds and changes nothing. Its own writes wake nothing:
+//! the engine's passes are idempotent (a pass over a view with its writes applied decides nothing more, a property
+//! the engine's tests check), so the echo of a write is work for nobody. A refused write (a conflict, an
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
@@ -43,10 +45,9 @@ impl GpuController {
         self.dirty
     }
 
-    /// A watch event (or its own write): into the cache, its key onto the work queue.
+    /// A watch event: into the cache, its key onto the work queue.
     pub fn observe(&mut self, change: Change) {
         let Some(touched) = observe(&mut self.cache, change) else { return };
-        self.dirty = true;
         match touched {
             Touched::Claim(namespace, name) => {
                 self.changes.claims.insert((namespace, name));
@@ -57,8 +58,15 @@ impl GpuController {
             Touched::Node(name) => {
                 self.changes.nodes.insert(name);
             }
-            Touched::Other => {}
+            Touched::Pod => {}
+            Touched::Quiet => return,
         }
+        self.dirty = true;
+    }
+
+    /// Its own accepted write: into the cache, no work queued.
+    pub fn written(&mut self, change: Change) {
+        observe(&mut self.cache, change);
     }
 
     /// One pass over what the queue holds: the actions to write, in order.

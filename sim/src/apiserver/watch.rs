@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::model::{Claim, Class, Node, Pod, Usage, View, Vmi};
+use gpuclaim_engine::model::{Claim, Class, Node, Pod, Usage, View, Vmi, holds_placement_gate};
 
 use super::Kind;
 use crate::kernel::Millis;
@@ -87,8 +87,12 @@ pub enum Touched {
     Claim(String, String),
     Vmi(String, String),
     Node(String),
-    /// Pods, classes, usages: the reconciler reads them every pass, so no key is needed, only a wake.
-    Other,
+    /// A pod change the reconciler acts on: a pod at the placement gate, a pod that ended or went (units or
+    /// CPU free for the waiters). Pods need no key: every pass serves the whole queue.
+    Pod,
+    /// A change the reconciler does not act on (a pod bound or running, a usage record, a class's status): it goes
+    /// into the cache for the next pass, and wakes nothing, as a controller's event filter would have it.
+    Quiet,
 }
 
 /// Applies a change to a cache unless the cache already holds that revision or a newer one (its own write, written
@@ -122,12 +126,13 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
+            let acted_on = holds_placement_gate(&pod) || pod.phase.is_terminal();
             let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
             let replaced = cache.edit_pod(&namespace, &name, |cached| *cached = pod.clone());
             if !replaced {
                 cache.upsert_pod(pod);
             }
-            Some(Touched::Other)
+            Some(if acted_on { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
             if !newer(cache.vmi(&vmi.namespace, &vmi.name).map(|v| v.resource_version.as_str()), &vmi.resource_version)
@@ -146,14 +151,18 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
                 return None;
             }
             cache.upsert_usage(usage);
-            Some(Touched::Other)
+            Some(Touched::Quiet)
         }
         Object::Class(class) => {
             if !newer(cache.class(&class.name).map(|c| c.resource_version.as_str()), &class.resource_version) {
                 return None;
             }
+            let spec_changed = cache.class(&class.name).is_none_or(|cached| {
+                (&cached.resource_name, &cached.node_selector, &cached.tolerations, cached.max_count)
+                    != (&class.resource_name, &class.node_selector, &class.tolerations, class.max_count)
+            });
             cache.upsert_class(class);
-            Some(Touched::Other)
+            Some(if spec_changed { Touched::Pod } else { Touched::Quiet })
         }
         Object::Node(node) => {
             if !newer(cache.node(&node.name).map(|n| n.resource_version.as_str()), &node.resource_version) {
@@ -182,7 +191,7 @@ fn delete(cache: &mut View, kind: Kind, namespace: String, name: String, at: u64
                 return None;
             }
             cache.remove_pod(&namespace, &name);
-            Some(Touched::Other)
+            Some(Touched::Pod)
         }
         Kind::Vmi => {
             if cache.vmi(&namespace, &name).is_none_or(|v| keep(&v.resource_version)) {
@@ -196,14 +205,14 @@ fn delete(cache: &mut View, kind: Kind, namespace: String, name: String, at: u64
                 return None;
             }
             cache.remove_usage(&namespace, &name);
-            Some(Touched::Other)
+            Some(Touched::Quiet)
         }
         Kind::Class => {
             if cache.class(&name).is_none_or(|c| keep(&c.resource_version)) {
                 return None;
             }
             cache.remove_class(&name);
-            Some(Touched::Other)
+            Some(Touched::Pod)
         }
         Kind::Node => {
             if cache.node(&name).is_none_or(|n| keep(&n.resource_version)) {

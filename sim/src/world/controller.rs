@@ -46,7 +46,7 @@ impl World {
                 Ok(changes) => {
                     // Written through: the next pass sees its own writes at once.
                     for change in changes {
-                        self.controller.observe(change);
+                        self.controller.written(change);
                     }
                     self.after_write(action)?;
                 }
@@ -59,12 +59,11 @@ impl World {
                 }
             }
         }
-        // Its own writes come back through the watch: the controller reconciles again one lag later, sooner when
-        // the pass went through, later (exponential, as controller-runtime's requeue) while writes are refused.
+        // A refused write requeues with controller-runtime's exponential backoff; anything that arrived meanwhile
+        // is served at the next delivery.
         self.controller_failures = if refused { self.controller_failures.saturating_add(1) } else { 0 };
-        if self.controller.is_dirty() {
-            let delay = if refused { requeue_backoff(self.controller_failures) } else { self.timing.watch_lag };
-            self.wake_controller(self.now() + delay)?;
+        if refused {
+            self.wake_controller(self.now() + requeue_backoff(self.controller_failures))?;
         }
         Ok(())
     }
