@@ -69,7 +69,12 @@ fn a_write_with_a_stale_resource_version_is_a_conflict() {
         claim: ObjectRef::new("tenant-a", "a-gpu-0"),
         precondition: precondition.into(),
         finalizer: None,
-        status: Some(ClaimStatus { phase: ClaimPhase::Bound, node: Some("gpu-1".into()), attached_to: None, pending: None }),
+        status: Some(ClaimStatus {
+            phase: ClaimPhase::Bound,
+            node: Some("gpu-1".into()),
+            attached_to: None,
+            pending: None,
+        }),
     };
     let error = api.write(&update("1"), now(), CONTROLLER).unwrap_err();
     assert_eq!(
@@ -223,7 +228,8 @@ fn the_watch_delivers_in_revision_order_after_its_lag_and_caches_skip_what_they_
     assert!(observe(&mut cache, second[0].clone()).is_some());
     assert!(observe(&mut cache, second[0].clone()).is_none(), "the same revision again changes nothing");
     // A deletion older than what the cache holds (a re-creation it already saw) is ignored.
-    let stale = Change::Delete { kind: Kind::Vmi, namespace: "tenant-a".into(), name: "a".into(), revision: "1".into() };
+    let stale =
+        Change::Delete { kind: Kind::Vmi, namespace: "tenant-a".into(), name: "a".into(), revision: "1".into() };
     assert!(observe(&mut cache, stale).is_none());
     assert!(cache.vmi("tenant-a", "a").is_some());
 }

@@ -271,18 +271,20 @@ impl View {
         true
     }
 
-    /// Edits a stored pod in place, re-indexing only when a field an index reads changed (gate, owner, the node it
-    /// occupies, requests, the claims label).
+    /// Edits a stored pod in place, re-indexing only when what an index reads changed (its gate, owner, the node
+    /// it occupies, its requests, the claims label): a phase, condition or resourceVersion change costs no index work.
     pub fn edit_pod(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> bool {
         let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
         let before = PodIndexed::of(pod);
         edit(pod);
-        if PodIndexed::of(pod) == before {
+        let after = PodIndexed::of(pod);
+        if after == before {
             return true;
         }
-        let edited = pod.clone();
-        before.restore(pod);
-        self.upsert_pod(edited);
+        self.uncount_pod_devices(namespace, name);
+        self.index_pod(namespace, name, &before, false);
+        self.index_pod(namespace, name, &after, true);
+        self.count_pod_devices(namespace, name);
         true
     }
 
@@ -362,39 +364,41 @@ impl View {
     }
 
     pub fn upsert_pod(&mut self, pod: Pod) {
-        self.remove_pod(&pod.namespace, &pod.name);
-        if holds_placement_gate(&pod) {
-            self.gated.insert((pod.created, pod.namespace.clone(), pod.name.clone()));
+        if self.pod(&pod.namespace, &pod.name).is_some() {
+            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+            self.edit_pod(&namespace, &name, |stored| *stored = pod);
+            return;
         }
-        if let Some(vmi) = &pod.owner_vmi {
-            let key = (pod.namespace.clone(), vmi.name.clone());
-            self.pods_by_vmi.entry(key).or_default().insert(pod.name.clone());
-        }
-        if let Some(node) = occupied_node(&pod) {
-            self.capacity.add_pod_load(node, pod.cpu_millis, pod.memory_bytes, true);
-        }
+        let indexed = PodIndexed::of(&pod);
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         self.pods.entry(namespace.clone()).or_default().insert(name.clone(), pod);
+        self.index_pod(&namespace, &name, &indexed, true);
         self.count_pod_devices(&namespace, &name);
     }
 
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
         self.uncount_pod_devices(namespace, name);
         let old = self.pods.get_mut(namespace)?.remove(name)?;
-        self.gated.remove(&(old.created, old.namespace.clone(), old.name.clone()));
-        if let Some(vmi) = &old.owner_vmi {
-            let key = (old.namespace.clone(), vmi.name.clone());
-            if let Some(pods) = self.pods_by_vmi.get_mut(&key) {
-                pods.remove(&old.name);
-                if pods.is_empty() {
-                    self.pods_by_vmi.remove(&key);
-                }
+        self.index_pod(namespace, name, &PodIndexed::of(&old), false);
+        Some(old)
+    }
+
+    /// Adds (or takes out) a pod's entries in the gated queue, the pods of its VMI and its node's CPU and memory.
+    fn index_pod(&mut self, namespace: &str, name: &str, indexed: &PodIndexed, adding: bool) {
+        if let Some(created) = indexed.gated_since {
+            let key = (created, namespace.to_owned(), name.to_owned());
+            if adding {
+                self.gated.insert(key);
+            } else {
+                self.gated.remove(&key);
             }
         }
-        if let Some(node) = occupied_node(&old) {
-            self.capacity.add_pod_load(node, old.cpu_millis, old.memory_bytes, false);
+        if let Some(vmi) = &indexed.owner_vmi {
+            edit_set(&mut self.pods_by_vmi, (namespace.to_owned(), vmi.clone()), name.to_owned(), adding);
         }
-        Some(old)
+        if let Some(node) = &indexed.occupied {
+            self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
+        }
     }
 
     /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
@@ -592,57 +596,30 @@ impl ClaimIndexed {
     }
 }
 
-/// The fields of a pod the indexes read.
+/// What the indexes read of a pod, derived: equal before and after an edit means nothing to re-index.
 #[derive(PartialEq)]
 struct PodIndexed {
-    gated: bool,
-    created: Time,
+    /// Its creation time while it holds the placement gate (the gated queue's order).
+    gated_since: Option<Time>,
     owner_vmi: Option<String>,
     occupied: Option<String>,
     cpu_millis: u64,
     memory_bytes: u64,
     devices: BTreeMap<String, u64>,
     claims_pod: bool,
-    phase: PodPhase,
-    node_name: Option<String>,
-    gates: Vec<String>,
-    required_terms: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
-    labels_claims: Option<String>,
 }
 
 impl PodIndexed {
     fn of(pod: &Pod) -> Self {
         PodIndexed {
-            gated: holds_placement_gate(pod),
-            created: pod.created,
+            gated_since: holds_placement_gate(pod).then_some(pod.created),
             owner_vmi: pod.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
             occupied: occupied_node(pod).map(str::to_owned),
             cpu_millis: pod.cpu_millis,
             memory_bytes: pod.memory_bytes,
             devices: pod.devices.clone(),
             claims_pod: is_claims_pod(pod),
-            phase: pod.phase,
-            node_name: pod.node_name.clone(),
-            gates: pod.scheduling_gates.clone(),
-            required_terms: pod.required_terms.clone(),
-            labels_claims: pod.labels.get(keys::LABEL_CLAIMS).cloned(),
         }
-    }
-
-    fn restore(self, pod: &mut Pod) {
-        pod.created = self.created;
-        pod.owner_vmi = self.owner_vmi.map(|name| VmiRef { name, uid: String::new() });
-        pod.cpu_millis = self.cpu_millis;
-        pod.memory_bytes = self.memory_bytes;
-        pod.devices = self.devices;
-        pod.phase = self.phase;
-        pod.node_name = self.node_name;
-        pod.scheduling_gates = self.gates;
-        pod.required_terms = self.required_terms;
-        match self.labels_claims {
-            Some(value) => pod.labels.insert(keys::LABEL_CLAIMS.to_owned(), value),
-            None => pod.labels.remove(keys::LABEL_CLAIMS),
-        };
     }
 }
 

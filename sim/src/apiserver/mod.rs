@@ -308,7 +308,9 @@ impl ApiServer {
 
     /// Writes one of the GPU controller's actions as `requester`, with the engine's write semantics (preconditions,
     /// finalizers) and the API server's own rules (admission of the claims it creates, the gated-pod update rules,
-    /// revisions, the watch). Returns the changes written, for the writer's cache.
+    /// revisions). Returns the changes written, for the writer's cache. They do not go on the watch: its only
+    /// watcher is the writer, whose cache already holds them (written through), so their echo would change nothing.
+    /// What the garbage collector does in consequence (the usage records of a released claim) is returned with it.
     pub fn write(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
         match action {
             Action::CreateClaim { claim, .. } => {
@@ -319,9 +321,7 @@ impl ApiServer {
                 self.admission.validate_order(&self.store, &new, requester)?;
                 new.resource_version = self.next_revision();
                 self.store.upsert_claim(new.clone());
-                let change = Change::Upsert(Object::Claim(new));
-                self.watch.push(change.clone());
-                Ok(vec![change])
+                Ok(vec![Change::Upsert(Object::Claim(new))])
             }
             Action::UpdateClaim { claim, precondition, .. } => {
                 let current = self.claim_at(claim, precondition)?;
@@ -347,9 +347,6 @@ impl ApiServer {
                             name: usage,
                             revision,
                         });
-                    }
-                    for change in &changes {
-                        self.watch.push(change.clone());
                     }
                     return Ok(changes);
                 }
@@ -413,9 +410,7 @@ impl ApiServer {
                 let revision = self.next_revision();
                 self.store.edit_pod(&key.namespace, &key.name, |pod| pod.resource_version = revision);
                 let pod = self.store.pod(&key.namespace, &key.name).expect("written above").clone();
-                let change = Change::Upsert(Object::Pod(pod));
-                self.watch.push(change.clone());
-                Ok(vec![change])
+                Ok(vec![Change::Upsert(Object::Pod(pod))])
             }
             Action::PublishClass { class, precondition, .. } => {
                 let current =
@@ -428,9 +423,7 @@ impl ApiServer {
                 let revision = self.next_revision();
                 self.store.set_class_resource_version(class, revision);
                 let class = self.store.class(class).expect("written above").clone();
-                let change = Change::Upsert(Object::Class(class));
-                self.watch.push(change.clone());
-                Ok(vec![change])
+                Ok(vec![Change::Upsert(Object::Class(class))])
             }
             Action::Event { .. } => Ok(Vec::new()),
         }
@@ -449,18 +442,14 @@ impl ApiServer {
 
     fn push_claim(&mut self, key: &ObjectRef) -> Change {
         let claim = self.store.claim(&key.namespace, &key.name).expect("written above").clone();
-        let change = Change::Upsert(Object::Claim(claim));
-        self.watch.push(change.clone());
-        change
+        Change::Upsert(Object::Claim(claim))
     }
 
     fn stamp_usage(&mut self, namespace: &str, name: &str) -> Change {
         let revision = self.next_revision();
         self.store.edit_usage(namespace, name, |usage| usage.resource_version = revision);
         let usage: Usage = self.store.usage(namespace, name).expect("written above").clone();
-        let change = Change::Upsert(Object::Usage(usage));
-        self.watch.push(change.clone());
-        change
+        Change::Upsert(Object::Usage(usage))
     }
 }
 

@@ -127,11 +127,7 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
                 return None;
             }
             let acted_on = holds_placement_gate(&pod) || pod.phase.is_terminal();
-            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
-            let replaced = cache.edit_pod(&namespace, &name, |cached| *cached = pod.clone());
-            if !replaced {
-                cache.upsert_pod(pod);
-            }
+            cache.upsert_pod(pod);
             Some(if acted_on { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
