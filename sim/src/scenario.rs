@@ -65,19 +65,33 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
+/// A duration as Go writes them: one or more `<integer><unit>` parts (`90s`, `6h10m`, `1500ms`).
 fn parse_duration(text: &str) -> Result<Millis, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let value: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 6h or 30d"))?;
-    let scale = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{text:?} has no unit (ms, s, m, h or d)")),
-    };
-    value.checked_mul(scale).map(Millis).ok_or_else(|| format!("{text:?} is too long"))
+    let mut rest = text;
+    let mut total = 0u64;
+    if rest.is_empty() {
+        return Err(format!("{text:?} is not a duration like 90s, 15m, 6h10m or 30d"));
+    }
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let (digits, tail) = rest.split_at(split);
+        let value: u64 =
+            digits.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 6h10m or 30d"))?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(format!("{text:?} has no unit (ms, s, m, h or d)")),
+        };
+        let part = value.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))?;
+        total = total.checked_add(part).ok_or_else(|| format!("{text:?} is too long"))?;
+        rest = next;
+    }
+    Ok(Millis(total))
 }
 
 #[derive(Debug, Deserialize)]
@@ -367,6 +381,9 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Millis(90_000)));
         assert_eq!(parse_duration("30d"), Ok(Millis(2_592_000_000)));
         assert_eq!(parse_duration("1500ms"), Ok(Millis(1_500)));
+        assert_eq!(parse_duration("6h10m"), Ok(Millis(22_200_000)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("6h10").unwrap_err().contains("no unit"));
         assert!(parse_duration("6").unwrap_err().contains("no unit"));
         assert!(parse_duration("h").is_err());
     }
