@@ -188,39 +188,59 @@ impl View {
 
     /// Stores a claim, keeping the tenant's units and the placement index in step.
     pub fn upsert_claim(&mut self, claim: Claim) {
-        self.remove_claim(&claim.namespace, &claim.name);
-        self.index_claim(&claim, true);
-        if let Some(node) = claim.node.as_ref().filter(|node| !self.nodes.contains_key(*node)) {
-            self.unavailable.insert(node.clone());
+        if self.claim(&claim.namespace, &claim.name).is_some() {
+            let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
+            self.edit_claim(&namespace, &name, |stored| *stored = claim);
+            return;
         }
-        self.tenants.entry(claim.namespace.clone()).or_default().count(&claim);
-        self.count_claim(&claim, true);
-        let tenant = self.tenants.get_mut(&claim.namespace).expect("inserted above");
-        tenant.claims.insert(claim.name.clone(), claim);
+        let indexed = ClaimIndexed::of(&claim);
+        let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
+        self.tenants.entry(namespace.clone()).or_default().claims.insert(name.clone(), claim);
+        self.list_claim(&namespace, &name, &indexed, true);
+        self.count_claim(&namespace, &indexed, true);
     }
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
-        let tenant = self.tenants.get_mut(namespace)?;
-        let old = tenant.claims.remove(name)?;
-        tenant.uncount(&old);
-        self.count_claim(&old, false);
-        self.index_claim(&old, false);
+        let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
+        let indexed = ClaimIndexed::of(&old);
+        self.count_claim(namespace, &indexed, false);
+        self.list_claim(namespace, name, &indexed, false);
         Some(old)
     }
 
-    /// Keeps the claim lookups by run, by node and of the pending queue.
-    fn index_claim(&mut self, claim: &Claim, adding: bool) {
-        let key = (claim.namespace.clone(), claim.name.clone());
-        let runs: BTreeSet<&str> =
-            claim.attached_to.iter().chain(claim.owner_vmi.iter()).map(|vmi| vmi.name.as_str()).collect();
-        for run in runs {
-            let run = (claim.namespace.clone(), run.to_owned());
-            edit_set(&mut self.claims_by_run, run, claim.name.clone(), adding);
+    /// Edits a stored claim in place. What the indexes read is compared before and after: the units it counts
+    /// (class, count, node, attachment) and the lists it is on (its runs, its node, the pending queue) are redone only
+    /// where they changed, so a status phase, condition or resourceVersion change costs no index work. Returns
+    /// whether the claim exists.
+    pub fn edit_claim(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Claim)) -> bool {
+        let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
+        let before = ClaimIndexed::of(claim);
+        edit(claim);
+        let after = ClaimIndexed::of(claim);
+        if before.counted() != after.counted() {
+            self.count_claim(namespace, &before, false);
+            self.count_claim(namespace, &after, true);
         }
+        if before.listed() != after.listed() {
+            self.list_claim(namespace, name, &before, false);
+            self.list_claim(namespace, name, &after, true);
+        }
+        true
+    }
+
+    /// Keeps the claim lookups by run, by node and of the pending queue.
+    fn list_claim(&mut self, namespace: &str, name: &str, claim: &ClaimIndexed, adding: bool) {
+        let mut runs: Vec<&String> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
+        runs.dedup();
+        for run in runs {
+            let run = (namespace.to_owned(), run.clone());
+            edit_set(&mut self.claims_by_run, run, name.to_owned(), adding);
+        }
+        let key = (namespace.to_owned(), name.to_owned());
         if let Some(node) = &claim.node {
             edit_set(&mut self.claims_by_node, node.clone(), key.clone(), adding);
         }
-        if claim.node.is_none() && !claim.template && !claim.deleting {
+        if claim.pending_held {
             if adding {
                 self.pending_held.insert(key);
             } else {
@@ -229,12 +249,27 @@ impl View {
         }
     }
 
-    fn count_claim(&mut self, claim: &Claim, adding: bool) {
-        let Some(node) = claim.node.clone() else { return };
-        self.capacity.add_claim_units(&node, &claim.class, claim.count, adding);
+    /// Counts (or uncounts) a claim's units: the tenant's ordered and bound units, its node's free units, the units
+    /// its VMI's pods there need not count themselves.
+    fn count_claim(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
+        let tenant = match self.tenants.get_mut(namespace) {
+            Some(tenant) => tenant,
+            None => self.tenants.entry(namespace.to_owned()).or_default(),
+        };
+        tenant.count(&claim.class, claim.count, claim.node.is_some(), adding);
+        self.count_claim_units(namespace, claim, adding);
+    }
+
+    /// The placement side of [`View::count_claim`]: node units and the units attached to the claim's VMI there.
+    fn count_claim_units(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
+        let Some(node) = claim.node.as_deref() else { return };
+        if adding && !self.nodes.contains_key(node) {
+            self.unavailable.insert(node.to_owned());
+        }
+        self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
         let resource = self.classes.get(&claim.class).map(|c| c.resource_name.clone());
         if let (Some(vmi), Some(resource)) = (&claim.attached_to, &resource) {
-            let key = (claim.namespace.clone(), vmi.name.clone(), node.clone());
+            let key = (namespace.to_owned(), vmi.clone(), node.to_owned());
             let units = self.vmi_claim_units.entry(key.clone()).or_default();
             let total = units.entry(resource.clone()).or_insert(0);
             if adding {
@@ -248,27 +283,11 @@ impl View {
                     self.vmi_claim_units.remove(&key);
                 }
             }
-            self.recount_vmi_pods(&claim.namespace, &vmi.name);
+            self.recount_vmi_pods(namespace, vmi);
         }
         if let Some(resource) = resource {
-            self.reindex_resource(&node, &resource);
+            self.reindex_resource(node, &resource);
         }
-    }
-
-    /// Edits a stored claim in place. Only when a field an index reads changed (class, count, node, attachment,
-    /// owner, template mark, deletion) is it re-indexed; a status phase, condition or resourceVersion change costs
-    /// no index work. Returns whether the claim exists.
-    pub fn edit_claim(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Claim)) -> bool {
-        let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
-        let before = ClaimIndexed::of(claim);
-        edit(claim);
-        if ClaimIndexed::of(claim) == before {
-            return true;
-        }
-        let edited = claim.clone();
-        before.restore(claim);
-        self.upsert_claim(edited);
-        true
     }
 
     /// Edits a stored pod in place, re-indexing only when what an index reads changed (its gate, owner, the node
@@ -528,9 +547,10 @@ impl View {
                 self.capacity.refresh(class, name, Some(node));
             }
         }
-        let claims: Vec<Claim> = self.claims().cloned().collect();
-        for claim in &claims {
-            self.count_claim(claim, true);
+        let claims: Vec<(String, ClaimIndexed)> =
+            self.claims().map(|claim| (claim.namespace.clone(), ClaimIndexed::of(claim))).collect();
+        for (namespace, claim) in &claims {
+            self.count_claim_units(namespace, claim, true);
         }
         let pods: Vec<(String, String)> = self.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect();
         for (namespace, name) in pods {
@@ -559,7 +579,7 @@ impl View {
     }
 }
 
-/// The fields of a claim the indexes read: an edit that keeps them needs no re-indexing.
+/// What the indexes read of a claim.
 #[derive(PartialEq)]
 struct ClaimIndexed {
     class: String,
@@ -567,8 +587,8 @@ struct ClaimIndexed {
     node: Option<String>,
     attached_to: Option<String>,
     owner_vmi: Option<String>,
-    template: bool,
-    deleting: bool,
+    /// A held claim with no node, not being deleted: on the claims' queue.
+    pending_held: bool,
 }
 
 impl ClaimIndexed {
@@ -579,20 +599,18 @@ impl ClaimIndexed {
             node: claim.node.clone(),
             attached_to: claim.attached_to.as_ref().map(|vmi| vmi.name.clone()),
             owner_vmi: claim.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
-            template: claim.template,
-            deleting: claim.deleting,
+            pending_held: claim.node.is_none() && !claim.template && !claim.deleting,
         }
     }
 
-    /// Puts the indexed fields back, so the stored claim matches what the indexes counted (and can be un-counted).
-    fn restore(self, claim: &mut Claim) {
-        claim.class = self.class;
-        claim.count = self.count;
-        claim.node = self.node;
-        claim.attached_to = self.attached_to.map(|name| VmiRef { name, uid: String::new() });
-        claim.owner_vmi = self.owner_vmi.map(|name| VmiRef { name, uid: String::new() });
-        claim.template = self.template;
-        claim.deleting = self.deleting;
+    /// What the unit counts read.
+    fn counted(&self) -> (&str, u32, Option<&str>, Option<&str>) {
+        (&self.class, self.count, self.node.as_deref(), self.attached_to.as_deref())
+    }
+
+    /// What the lists read.
+    fn listed(&self) -> (Option<&str>, Option<&str>, Option<&str>, bool) {
+        (self.attached_to.as_deref(), self.owner_vmi.as_deref(), self.node.as_deref(), self.pending_held)
     }
 }
 
