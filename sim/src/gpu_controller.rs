@@ -4,9 +4,9 @@
 //!
 //! A successful write is written through to the cache at once (client-go's mutation cache does the same for a
 //! controller's own objects), so the next pass never decides on units it has already spent; the watch event of that
-//! write then arrives with a revision the cache already holds and changes nothing. Its own writes wake nothing:
-//! the engine's passes are idempotent (a pass over a view with its writes applied decides nothing more, a property
-//! the engine's tests check), so the echo of a write is work for nobody. A refused write (a conflict, an
+//! write then arrives with a revision the cache already holds and changes nothing. The keys its writes touched go
+//! back on its queue as the echo would put them (one lag later): a pass's writes can enable the next step (a
+//! released claim frees the name a new run's template claim needs). A refused write (a conflict, an
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
@@ -64,9 +64,9 @@ impl GpuController {
         self.dirty = true;
     }
 
-    /// Its own accepted write: into the cache, no work queued.
+    /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
     pub fn written(&mut self, change: Change) {
-        observe(&mut self.cache, change);
+        self.observe(change);
     }
 
     /// One pass over what the queue holds: the actions to write, in order.

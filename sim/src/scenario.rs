@@ -186,6 +186,15 @@ pub struct TimedEvent {
     /// The webhook Service's ready replicas (0: an outage; creates the webhooks select are refused).
     #[serde(default)]
     pub webhook_replicas: Option<u32>,
+    /// `<namespace>/<vm>`: something deletes the VM's launcher pod.
+    #[serde(default)]
+    pub delete_launcher: Option<String>,
+    /// A node's kubelet goes silent (NotReady after the grace period, its pods evicted 300 s later).
+    #[serde(default)]
+    pub node_lost: Option<String>,
+    /// A silent node's kubelet posts status again.
+    #[serde(default)]
+    pub node_recovered: Option<String>,
 }
 
 /// One VM created at a given time.
@@ -262,9 +271,16 @@ impl Scenario {
                 timed.cordon.is_some(),
                 timed.uncordon.is_some(),
                 timed.webhook_replicas.is_some(),
+                timed.delete_launcher.is_some(),
+                timed.node_lost.is_some(),
+                timed.node_recovered.is_some(),
             ];
             if given.iter().filter(|given| **given).count() != 1 {
-                return Err(invalid(field, "give exactly one of addNodes, cordon, uncordon and webhookReplicas"));
+                return Err(invalid(
+                    field,
+                    "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost and \
+                     nodeRecovered",
+                ));
             }
             let event = if let Some(group) = &timed.add_nodes {
                 Event::AddNodes(nodes_of(group, &format!("{field}.addNodes"))?)
@@ -272,6 +288,15 @@ impl Scenario {
                 Event::Cordon { node: node.clone(), cordoned: true }
             } else if let Some(node) = &timed.uncordon {
                 Event::Cordon { node: node.clone(), cordoned: false }
+            } else if let Some(vm) = &timed.delete_launcher {
+                let Some((namespace, vm)) = vm.split_once('/') else {
+                    return Err(invalid(format!("{field}.deleteLauncher"), format!("{vm:?} is not <namespace>/<vm>")));
+                };
+                Event::DeleteLauncher { namespace: namespace.to_owned(), vm: vm.to_owned() }
+            } else if let Some(node) = &timed.node_lost {
+                Event::NodeLost { node: node.clone() }
+            } else if let Some(node) = &timed.node_recovered {
+                Event::NodeRecovered { node: node.clone() }
             } else {
                 Event::SetWebhookReplicas(timed.webhook_replicas.expect("one is given"))
             };

@@ -59,11 +59,12 @@ impl World {
                 }
             }
         }
-        // A refused write requeues with controller-runtime's exponential backoff; anything that arrived meanwhile
-        // is served at the next delivery.
+        // What its own writes queued is served when their echo would arrive, one lag later; a refused write
+        // requeues with controller-runtime's exponential backoff instead.
         self.controller_failures = if refused { self.controller_failures.saturating_add(1) } else { 0 };
-        if refused {
-            self.wake_controller(self.now() + requeue_backoff(self.controller_failures))?;
+        if self.controller.is_dirty() {
+            let delay = if refused { requeue_backoff(self.controller_failures) } else { self.timing.watch_lag };
+            self.wake_controller(self.now() + delay)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 mod controller;
 mod kubevirt;
+mod nodes;
 mod scheduling;
 mod workloads;
 
@@ -96,6 +97,16 @@ pub enum Event {
     AddNodes(Vec<Node>),
     /// A node is cordoned (`true`) or uncordoned.
     Cordon { node: String, cordoned: bool },
+    /// Something deletes a VM's launcher pod (a controller, an operator).
+    DeleteLauncher { namespace: String, vm: String },
+    /// A node's kubelet stops posting status (the machine is lost, or cut off).
+    NodeLost { node: String },
+    /// The node lifecycle controller's grace period for a silent node ran out.
+    NodeNotReady { node: String, since: Millis },
+    /// The taint manager evicts the pods of a node unreachable for their toleration.
+    EvictUnreachable { node: String, since: Millis },
+    /// The kubelet of a lost node posts status again.
+    NodeRecovered { node: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +134,20 @@ struct VmState {
     spec: VmSpec,
     /// A held claim the tenant ordered for this VM and deletes when it is done.
     ordered_claim: Option<String>,
+    /// The tenant stopped it (runStrategy Halted): once its VMI is gone, the tenant deletes it.
+    halted: bool,
+    /// `status.startFailure`: VMIs that ended without running, in a row.
+    start_failure: Option<StartFailure>,
+    /// The current VMI reached Running (its `phaseTransitionTimestamps` has a Running entry).
+    vmi_ran: bool,
+}
+
+/// KubeVirt's `vm.status.startFailure`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StartFailure {
+    consecutive: u32,
+    last_failed_vmi_uid: String,
+    retry_after: Millis,
 }
 
 /// The whole twin.
@@ -140,6 +165,8 @@ pub struct World {
     /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
     vm_retries: RateLimiter,
     vmi_retries: RateLimiter,
+    /// Nodes whose kubelet is silent, since when.
+    silent_nodes: BTreeMap<String, Millis>,
     /// The scheduler's own count of what the pods bound to each node request.
     requested: BTreeMap<String, Requested>,
     scheduling_queue: SchedulingQueue,
@@ -179,6 +206,7 @@ impl World {
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
             requested: BTreeMap::new(),
+            silent_nodes: BTreeMap::new(),
             scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
             controller_failures: 0,
@@ -276,6 +304,11 @@ impl World {
             Event::SetWebhookReplicas(replicas) => self.set_webhook_replicas(replicas)?,
             Event::AddNodes(nodes) => self.add_nodes(nodes)?,
             Event::Cordon { node, cordoned } => self.cordon(&node, cordoned)?,
+            Event::DeleteLauncher { namespace, vm } => self.delete_launcher(&namespace, &vm)?,
+            Event::NodeLost { node } => self.node_lost(&node)?,
+            Event::NodeNotReady { node, since } => self.node_not_ready(&node, since)?,
+            Event::EvictUnreachable { node, since } => self.evict_unreachable(&node, since)?,
+            Event::NodeRecovered { node } => self.node_recovered(&node)?,
         }
         // Whatever the step wrote reaches the controller's cache one lag later.
         if let Some(due) = self.api.watch().delivery_due() {
