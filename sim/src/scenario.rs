@@ -195,6 +195,12 @@ pub struct TimedEvent {
     /// A silent node's kubelet posts status again.
     #[serde(default)]
     pub node_recovered: Option<String>,
+    /// `<namespace>/<vm>`: a user live-migrates the VM's VMI.
+    #[serde(default)]
+    pub migrate: Option<String>,
+    /// `kubectl drain <node>`: cordon, evacuate the VMIs by live migration.
+    #[serde(default)]
+    pub drain: Option<String>,
 }
 
 /// One VM created at a given time.
@@ -274,12 +280,14 @@ impl Scenario {
                 timed.delete_launcher.is_some(),
                 timed.node_lost.is_some(),
                 timed.node_recovered.is_some(),
+                timed.migrate.is_some(),
+                timed.drain.is_some(),
             ];
             if given.iter().filter(|given| **given).count() != 1 {
                 return Err(invalid(
                     field,
-                    "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost and \
-                     nodeRecovered",
+                    "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost, \
+                     nodeRecovered, migrate and drain",
                 ));
             }
             let event = if let Some(group) = &timed.add_nodes {
@@ -289,10 +297,13 @@ impl Scenario {
             } else if let Some(node) = &timed.uncordon {
                 Event::Cordon { node: node.clone(), cordoned: false }
             } else if let Some(vm) = &timed.delete_launcher {
-                let Some((namespace, vm)) = vm.split_once('/') else {
-                    return Err(invalid(format!("{field}.deleteLauncher"), format!("{vm:?} is not <namespace>/<vm>")));
-                };
-                Event::DeleteLauncher { namespace: namespace.to_owned(), vm: vm.to_owned() }
+                let (namespace, vm) = namespaced(vm, &format!("{field}.deleteLauncher"))?;
+                Event::DeleteLauncher { namespace, vm }
+            } else if let Some(vm) = &timed.migrate {
+                let (namespace, vmi) = namespaced(vm, &format!("{field}.migrate"))?;
+                Event::Migrate { namespace, vmi }
+            } else if let Some(node) = &timed.drain {
+                Event::Drain { node: node.clone() }
             } else if let Some(node) = &timed.node_lost {
                 Event::NodeLost { node: node.clone() }
             } else if let Some(node) = &timed.node_recovered {
@@ -336,6 +347,16 @@ impl Scenario {
             }
         }
         Ok(store)
+    }
+}
+
+/// `<namespace>/<name>`, split.
+fn namespaced(text: &str, field: &str) -> Result<(String, String), ScenarioError> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(invalid(field, format!("{text:?} is not <namespace>/<name>"))),
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod controller;
 mod kubevirt;
+mod migrations;
 mod nodes;
 mod scheduling;
 mod workloads;
@@ -25,6 +26,7 @@ use crate::rng::Streams;
 use crate::scheduler::Requested;
 use crate::scheduling_queue::SchedulingQueue;
 
+pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
 pub use workloads::Workload;
 
 /// A VirtualMachine as the tenant's chart renders it.
@@ -107,6 +109,16 @@ pub enum Event {
     EvictUnreachable { node: String, since: Millis },
     /// The kubelet of a lost node posts status again.
     NodeRecovered { node: String },
+    /// A user asks to live-migrate a VMI.
+    Migrate { namespace: String, vmi: String },
+    /// The migration controller checks a target pod's pending timeouts.
+    MigrationTimeout { uid: String },
+    /// A migration's copy is done: the VMI switches to the target.
+    MigrationHandoff { uid: String },
+    /// `kubectl drain`: cordon and evacuate.
+    Drain { node: String },
+    /// The evacuation controller retries a drain's migrations.
+    Evacuate { node: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +177,11 @@ pub struct World {
     /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
     vm_retries: RateLimiter,
     vmi_retries: RateLimiter,
+    /// Migrations by uid, and the number handed out so far.
+    migrations: BTreeMap<String, Migration>,
+    migration_seq: u64,
+    /// Nodes being drained.
+    drains: BTreeMap<String, migrations::Drain>,
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
     /// The scheduler's own count of what the pods bound to each node request.
@@ -207,6 +224,9 @@ impl World {
             vmi_retries: RateLimiter::default(),
             requested: BTreeMap::new(),
             silent_nodes: BTreeMap::new(),
+            migrations: BTreeMap::new(),
+            migration_seq: 0,
+            drains: BTreeMap::new(),
             scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
             controller_failures: 0,
@@ -309,6 +329,11 @@ impl World {
             Event::NodeNotReady { node, since } => self.node_not_ready(&node, since)?,
             Event::EvictUnreachable { node, since } => self.evict_unreachable(&node, since)?,
             Event::NodeRecovered { node } => self.node_recovered(&node)?,
+            Event::Migrate { namespace, vmi } => self.migrate(&namespace, &vmi, false)?,
+            Event::MigrationTimeout { uid } => self.migration_timeout(&uid)?,
+            Event::MigrationHandoff { uid } => self.migration_handoff(&uid)?,
+            Event::Drain { node } => self.drain(&node)?,
+            Event::Evacuate { node } => self.evacuate(&node)?,
         }
         // Whatever the step wrote reaches the controller's cache one lag later.
         if let Some(due) = self.api.watch().delivery_due() {

@@ -1,7 +1,10 @@
 //! The scheduler and the kubelets: binding pods where they fit (or where the GPU controller pinned them), the
 //! queue of pods that did not fit, pods starting and ending, nodes joining and being cordoned.
 
-use gpuclaim_engine::model::{Node, PodPhase, VmiPhase};
+use std::collections::BTreeSet;
+
+use gpuclaim_engine::keys::kubevirt;
+use gpuclaim_engine::model::{Node, Pod, PodPhase, View, VmiPhase};
 use gpuclaim_engine::scheduling::is_pinned_to;
 use rand::RngExt;
 
@@ -29,8 +32,10 @@ impl World {
                 schedule_pinned(pod, node, total).map(str::to_owned)
             }
             None => {
+                let avoided = avoided_nodes(store, pod);
                 let candidates = store.nodes().map(|n| (n, self.requested.get(&n.name).unwrap_or(&empty)));
-                schedule(pod, candidates, self.streams.of("scheduler")).map(str::to_owned)
+                let avoid = |node: &str| avoided.contains(node);
+                schedule(pod, candidates, avoid, self.streams.of("scheduler")).map(str::to_owned)
             }
         };
         match verdict {
@@ -40,6 +45,9 @@ impl World {
                     .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.clone()))
                     .expect("read above");
                 self.scheduling_queue.forget(namespace, name);
+                if let Some(uid) = migration_of(self.api.store(), namespace, name) {
+                    self.migration_target_bound(&uid);
+                }
                 self.record("scheduler", &object, "Bound", vec![("node", node)])?;
                 let (low, high) = self.timing.pod_start;
                 let delay = crate::kernel::Millis(self.streams.of("kubelet").random_range(low.0..=high.0));
@@ -95,6 +103,9 @@ impl World {
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
         self.record("kubelet", &format!("Pod {namespace}/{name}"), "Running", vec![("node", node.clone())])?;
+        if let Some(uid) = migration_of(self.api.store(), namespace, name) {
+            return self.migration_target_running(&uid);
+        }
         let scheduled = self.api.update_vmi(namespace, &vmi_name, |vmi| {
             vmi.phase = VmiPhase::Scheduled;
             vmi.node_name = Some(node);
@@ -132,4 +143,29 @@ impl World {
         self.record("operator", &format!("Node {name}"), what, vec![])?;
         self.scheduler_cluster_changed()
     }
+}
+
+/// The migration a target pod belongs to.
+fn migration_of(store: &View, namespace: &str, pod: &str) -> Option<String> {
+    store.pod(namespace, pod)?.labels.get(kubevirt::LABEL_MIGRATION_JOB_UID).cloned()
+}
+
+/// The nodes a pod's required anti-affinity keeps it off (topology `kubernetes.io/hostname`). The only such terms
+/// the twin's pods carry are KubeVirt's own, selecting the pods of the pod's VMI, so only those are looked at.
+fn avoided_nodes(store: &View, pod: &Pod) -> BTreeSet<String> {
+    let terms =
+        pod.pod_anti_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+    let (Some(terms), Some(vmi)) = (terms, pod.owner_vmi.as_ref()) else { return BTreeSet::new() };
+    let mut avoided = BTreeSet::new();
+    for term in terms.iter().filter(|term| term.topology_key == "kubernetes.io/hostname") {
+        let selector = term.label_selector.clone().unwrap_or_default();
+        for other in store.vmi_pods(&pod.namespace, &vmi.name) {
+            let running_there =
+                other.node_name.as_ref().filter(|_| !other.phase.is_terminal() && other.name != pod.name);
+            if let Some(node) = running_there.filter(|_| crate::kubevirt::selector::matches(&selector, &other.labels)) {
+                avoided.insert(node.clone());
+            }
+        }
+    }
+    avoided
 }
