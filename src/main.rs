@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 
+mod import_cmd;
 mod review_cmd;
 mod sim_cmd;
 
@@ -44,6 +45,11 @@ enum Command {
     },
     /// Prints the CRDs generated from the Rust types.
     Crds,
+    /// Imports public GPU-cluster traces as scenarios (docs/import.md).
+    Import {
+        #[command(subcommand)]
+        command: ImportCommand,
+    },
     /// The discrete-event twin.
     Sim {
         #[command(subcommand)]
@@ -69,6 +75,49 @@ enum SimCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum ImportCommand {
+    /// The openb trace (cluster-trace-gpu-v2023): nodes and tasks as a scenario of timed VMs.
+    Openb {
+        #[arg(long, value_name = "NODES.csv")]
+        nodes: PathBuf,
+        #[arg(long, value_name = "PODS.csv")]
+        pods: PathBuf,
+        #[arg(long, value_name = "SCENARIO.yaml")]
+        out: PathBuf,
+        /// Virtual time per trace time (0.001: a trace day in 86.4 s).
+        #[arg(long, value_name = "F", default_value_t = 1.0)]
+        time_scale: f64,
+        /// Trace time kept, START..END or START.. (86400, 1d, 36h).
+        #[arg(long, value_name = "START..END")]
+        window: Option<String>,
+        /// Keep one task in K (every K-th row, or by name hash with --sample-seed).
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        sample: u64,
+        #[arg(long, value_name = "SEED")]
+        sample_seed: Option<u64>,
+        /// Tasks sharing a GPU order one whole passthrough GPU instead of a vGPU.
+        #[arg(long)]
+        shared_as_whole: bool,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// A node list alone (openb's or the spot-GPU 2026 node_info_df.csv) as a cluster shape.
+    Nodes {
+        #[arg(long, value_name = "NODES.csv")]
+        nodes: PathBuf,
+        #[arg(long, value_name = "SCENARIO.yaml")]
+        out: PathBuf,
+        /// Memory per CPU where the list has none (spot-GPU).
+        #[arg(long, value_name = "QUANTITY", default_value = "8Gi")]
+        memory_per_cpu: String,
+        #[arg(long, default_value = "1d")]
+        duration: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -87,6 +136,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             review_cmd::run(&options)?;
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
+        Command::Import {
+            command:
+                ImportCommand::Openb { nodes, pods, out, time_scale, window, sample, sample_seed, shared_as_whole, name },
+        } => {
+            let options =
+                import_cmd::Openb { nodes, pods, out, time_scale, window, sample, sample_seed, shared_as_whole, name };
+            import_cmd::openb(options)?;
+        }
+        Command::Import { command: ImportCommand::Nodes { nodes, out, memory_per_cpu, duration, name } } => {
+            import_cmd::nodes(import_cmd::Nodes { nodes, out, memory_per_cpu, duration, name })?;
+        }
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
             sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
         }

@@ -21,6 +21,7 @@
 
 pub mod apiserver;
 pub mod gpu_controller;
+pub mod import;
 pub mod kernel;
 pub mod kubevirt;
 pub mod launcher;
