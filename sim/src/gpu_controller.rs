@@ -10,7 +10,7 @@
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
-use gpuclaim_engine::controller::{Action, Changes, reconcile_changes};
+use gpuclaim_engine::controller::{Action, Changes, reconcile, reconcile_changes};
 use gpuclaim_engine::model::{Time, View};
 
 use crate::apiserver::watch::{Change, Touched, observe};
@@ -27,13 +27,15 @@ pub struct GpuController {
     changes: Changes,
     /// Something arrived since the last pass.
     dirty: bool,
+    /// The next pass is a full one (a new leader's first, a resync).
+    resync: bool,
     pub user: String,
 }
 
 impl GpuController {
     /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
     pub fn new(synced: View, user: String) -> Self {
-        GpuController { cache: synced, changes: Changes::default(), dirty: true, user }
+        GpuController { cache: synced, changes: Changes::default(), dirty: true, resync: false, user }
     }
 
     pub fn cache(&self) -> &View {
@@ -69,10 +71,20 @@ impl GpuController {
         self.observe(change);
     }
 
-    /// One pass over what the queue holds: the actions to write, in order.
+    /// The next pass goes over everything (a new leader's first pass).
+    pub fn resync(&mut self) {
+        self.resync = true;
+        self.dirty = true;
+    }
+
+    /// One pass over what the queue holds (over everything after [`GpuController::resync`]): the actions to write,
+    /// in order.
     pub fn reconcile(&mut self, now: Time) -> Vec<Action> {
         self.dirty = false;
         let changes = std::mem::take(&mut self.changes);
+        if std::mem::take(&mut self.resync) {
+            return reconcile(&self.cache, now);
+        }
         reconcile_changes(&self.cache, now, &changes)
     }
 

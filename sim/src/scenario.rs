@@ -28,7 +28,7 @@ use serde::Deserialize;
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
-use crate::world::{Event, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
+use crate::world::{DeploymentSpec, Event, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
 
 /// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
 pub const NODES_MAX: u32 = 1_000_000;
@@ -52,6 +52,9 @@ pub struct Scenario {
     /// Cluster events at given times.
     #[serde(default)]
     pub events: Vec<TimedEvent>,
+    /// The GPU controller's Deployment (default: 2 replicas, 2 s cache sync, 10 s restart).
+    #[serde(default)]
+    pub controller: Option<ControllerSpec>,
 }
 
 /// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
@@ -198,9 +201,29 @@ pub struct TimedEvent {
     /// `<namespace>/<vm>`: a user live-migrates the VM's VMI.
     #[serde(default)]
     pub migrate: Option<String>,
-    /// `kubectl drain <node>`: cordon, evacuate the VMIs by live migration.
+    /// `kubectl drain <node>`: cordon, evacuate the VMIs by live migration, evict the controller's replicas within
+    /// their PodDisruptionBudget.
     #[serde(default)]
     pub drain: Option<String>,
+    /// The GPU controller replica of this index crashes (its kubelet restarts it).
+    #[serde(default)]
+    pub controller_crash: Option<usize>,
+}
+
+/// The GPU controller's Deployment in a scenario.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerSpec {
+    #[serde(default = "two")]
+    pub replicas: u32,
+    #[serde(default)]
+    pub cache_sync: Option<Duration>,
+    #[serde(default)]
+    pub restart_after: Option<Duration>,
+}
+
+fn two() -> u32 {
+    2
 }
 
 /// One VM created at a given time.
@@ -246,6 +269,16 @@ impl Scenario {
     pub fn build(&self, seed: u64, log: EventLog) -> Result<World, ScenarioError> {
         let mut world = World::new(seed, self.store()?, Timing::default(), log);
         world.claims_enabled = self.cluster.claims_enabled;
+        if let Some(controller) = &self.controller {
+            let mut spec = DeploymentSpec { replicas: controller.replicas, ..DeploymentSpec::default() };
+            if let Some(sync) = &controller.cache_sync {
+                spec.cache_sync = sync.0;
+            }
+            if let Some(restart) = &controller.restart_after {
+                spec.restart_after = restart.0;
+            }
+            world.deploy_controller(spec);
+        }
         if self.workloads.len() > WORKLOADS_MAX {
             return Err(invalid("workloads", format!("more than {WORKLOADS_MAX}")));
         }
@@ -282,12 +315,13 @@ impl Scenario {
                 timed.node_recovered.is_some(),
                 timed.migrate.is_some(),
                 timed.drain.is_some(),
+                timed.controller_crash.is_some(),
             ];
             if given.iter().filter(|given| **given).count() != 1 {
                 return Err(invalid(
                     field,
                     "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost, \
-                     nodeRecovered, migrate and drain",
+                     nodeRecovered, migrate, drain and controllerCrash",
                 ));
             }
             let event = if let Some(group) = &timed.add_nodes {
@@ -304,6 +338,8 @@ impl Scenario {
                 Event::Migrate { namespace, vmi }
             } else if let Some(node) = &timed.drain {
                 Event::Drain { node: node.clone() }
+            } else if let Some(index) = timed.controller_crash {
+                Event::ControllerCrash { index }
             } else if let Some(node) = &timed.node_lost {
                 Event::NodeLost { node: node.clone() }
             } else if let Some(node) = &timed.node_recovered {

@@ -15,13 +15,13 @@ impl World {
             self.controller.observe(change);
         }
         if self.controller.is_dirty() {
-            self.wake_controller(now)?;
+            self.wake_controller_at(now)?;
         }
         Ok(())
     }
 
     /// Schedules a pass at `at` unless one is due by then.
-    fn wake_controller(&mut self, at: Millis) -> Result<(), WorldError> {
+    pub(super) fn wake_controller_at(&mut self, at: Millis) -> Result<(), WorldError> {
         if self.wake_at.is_some_and(|pending| pending <= at) {
             return Ok(());
         }
@@ -34,7 +34,8 @@ impl World {
         if self.wake_at == Some(self.now()) {
             self.wake_at = None;
         }
-        if !self.controller.is_dirty() {
+        // Without a leader nothing reconciles; the queue keeps what arrives for the next leader's resync.
+        if !self.controller.is_dirty() || !self.has_leader() {
             return Ok(());
         }
         self.stats.controller_passes += 1;
@@ -64,7 +65,7 @@ impl World {
         self.controller_failures = if refused { self.controller_failures.saturating_add(1) } else { 0 };
         if self.controller.is_dirty() {
             let delay = if refused { requeue_backoff(self.controller_failures) } else { self.timing.watch_lag };
-            self.wake_controller(self.now() + delay)?;
+            self.wake_controller_at(self.now() + delay)?;
         }
         Ok(())
     }

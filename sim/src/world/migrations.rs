@@ -273,6 +273,7 @@ impl World {
     pub(super) fn drain(&mut self, node: &str) -> Result<(), WorldError> {
         self.drains.entry(node.to_owned()).or_default();
         self.cordon(node, true)?;
+        self.evict_replicas(node)?;
         self.evacuate(node)
     }
 

@@ -5,6 +5,7 @@
 //! Same-time events run in the order they were scheduled. Every transition is one event-log line.
 
 mod controller;
+mod deployment;
 mod kubevirt;
 mod migrations;
 mod nodes;
@@ -26,6 +27,7 @@ use crate::rng::Streams;
 use crate::scheduler::Requested;
 use crate::scheduling_queue::SchedulingQueue;
 
+pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
 pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
 pub use workloads::Workload;
 
@@ -119,6 +121,18 @@ pub enum Event {
     Drain { node: String },
     /// The evacuation controller retries a drain's migrations.
     Evacuate { node: String },
+    /// A GPU controller replica's process crashes (the kubelet restarts it).
+    ControllerCrash { index: usize },
+    /// A replica's container starts (after a crash).
+    ReplicaStart { index: usize },
+    /// A replica's new pod starts on another node (after an eviction).
+    ReplicaMoved { index: usize, node: String },
+    /// A replica's caches have synced: it serves webhooks.
+    ReplicaSynced { index: usize },
+    /// A standby replica's leader-election retry tick once the lease has expired.
+    LeaseAcquire { index: usize },
+    /// kubectl drain evicts the controller replicas on a node (retried while the budget refuses).
+    EvictReplicas { node: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +194,8 @@ pub struct World {
     /// Migrations by uid, and the number handed out so far.
     migrations: BTreeMap<String, Migration>,
     migration_seq: u64,
+    /// The GPU controller's Deployment: replicas, the leader.
+    deployment: deployment::Deployment,
     /// Nodes being drained.
     drains: BTreeMap<String, migrations::Drain>,
     /// Nodes whose kubelet is silent, since when.
@@ -200,9 +216,9 @@ pub struct World {
 }
 
 impl World {
-    /// A world whose API server holds `store`. The GPU controller's cache starts synced with it; unless the store's
-    /// settings already name a template-claim creator, they name the controller's service account, as the chart's
-    /// settings ConfigMap does.
+    /// A world whose API server holds `store`. The GPU controller runs as the chart deploys it (2 replicas, see
+    /// [`World::deploy_controller`]), its cache synced with the store; unless the store's settings already name a
+    /// template-claim creator, they name the controller's service account, as the chart's settings ConfigMap does.
     pub fn new(seed: u64, mut store: View, timing: Timing, log: EventLog) -> Self {
         let user = store
             .settings
@@ -211,7 +227,7 @@ impl World {
             .clone();
         let mut api = ApiServer::new(store.clone(), 1_000);
         api.watch().lag = timing.watch_lag;
-        World {
+        let mut world = World {
             kernel: Kernel::new(),
             streams: Streams::new(seed),
             log,
@@ -227,6 +243,7 @@ impl World {
             migrations: BTreeMap::new(),
             migration_seq: 0,
             drains: BTreeMap::new(),
+            deployment: deployment::Deployment::default(),
             scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
             controller_failures: 0,
@@ -234,7 +251,9 @@ impl World {
             workloads: Vec::new(),
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
-        }
+        };
+        world.deploy_controller(deployment::DeploymentSpec::default());
+        world
     }
 
     /// The API server's store: the cluster as it is.
@@ -334,6 +353,12 @@ impl World {
             Event::MigrationHandoff { uid } => self.migration_handoff(&uid)?,
             Event::Drain { node } => self.drain(&node)?,
             Event::Evacuate { node } => self.evacuate(&node)?,
+            Event::ControllerCrash { index } => self.replica_down(index, true)?,
+            Event::ReplicaStart { index } => self.replica_start(index, None)?,
+            Event::ReplicaMoved { index, node } => self.replica_start(index, Some(node))?,
+            Event::ReplicaSynced { index } => self.replica_synced(index)?,
+            Event::LeaseAcquire { index } => self.lease_acquire(index)?,
+            Event::EvictReplicas { node } => self.evict_replicas(&node)?,
         }
         // Whatever the step wrote reaches the controller's cache one lag later.
         if let Some(due) = self.api.watch().delivery_due() {

@@ -29,6 +29,7 @@ impl World {
         let since = self.now();
         self.silent_nodes.insert(name.to_owned(), since);
         self.record("kubelet", &format!("Node {name}"), "HeartbeatLost", vec![])?;
+        self.replicas_lost_with(name)?;
         let event = Event::NodeNotReady { node: name.to_owned(), since };
         self.schedule_at(since + NODE_MONITOR_GRACE_PERIOD, event)
     }
@@ -73,6 +74,7 @@ impl World {
             }
         }
         self.scheduler_cluster_changed()?;
+        self.replace_replicas_from(name)?;
         for (namespace, vmi) in vmis {
             self.launcher_gone(&namespace, &vmi)?;
         }
