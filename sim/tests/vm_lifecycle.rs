@@ -111,18 +111,10 @@ fn reaching_running_clears_the_start_failures() {
     world.run(Millis::seconds(500), 1_000_000).unwrap();
     drop(world.take_log());
     let records = lines.records();
-    let last_failed = records
-        .iter()
-        .filter(|(_, o, w)| o == "VirtualMachineInstance tenant-a/waiter" && w == "Failed")
-        .last()
-        .unwrap()
-        .0;
-    let last_created = records
-        .iter()
-        .filter(|(_, o, w)| o == "VirtualMachineInstance tenant-a/waiter" && w == "Created")
-        .last()
-        .unwrap()
-        .0;
+    let last_failed =
+        records.iter().rfind(|(_, o, w)| o == "VirtualMachineInstance tenant-a/waiter" && w == "Failed").unwrap().0;
+    let last_created =
+        records.iter().rfind(|(_, o, w)| o == "VirtualMachineInstance tenant-a/waiter" && w == "Created").unwrap().0;
     assert_eq!(last_created, last_failed, "it had run: no start failure, a new VMI at once");
 }
 
