@@ -35,7 +35,14 @@ pub struct GpuController {
 impl GpuController {
     /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
     pub fn new(synced: View, user: String) -> Self {
-        GpuController { cache: synced, changes: Changes::default(), dirty: true, resync: false, user }
+        GpuController {
+            cache: synced,
+            changes: Changes::default(),
+            dirty: true,
+            resync: false,
+            serving: Changes::default(),
+            user,
+        }
     }
 
     pub fn cache(&self) -> &View {
@@ -66,6 +73,11 @@ impl GpuController {
         self.dirty = true;
     }
 
+    /// The pass went through: a resync is done.
+    pub fn passed(&mut self) {
+        self.resync = false;
+    }
+
     /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
     pub fn written(&mut self, change: Change) {
         self.observe(change);
@@ -81,16 +93,21 @@ impl GpuController {
     /// in order.
     pub fn reconcile(&mut self, now: Time) -> Vec<Action> {
         self.dirty = false;
-        let changes = std::mem::take(&mut self.changes);
-        if std::mem::take(&mut self.resync) {
+        self.serving = std::mem::take(&mut self.changes);
+        if self.resync {
             return reconcile(&self.cache, now);
         }
-        reconcile_changes(&self.cache, now, &changes)
+        reconcile_changes(&self.cache, now, &self.serving)
     }
 
-    /// A write was refused: the keys it touched go back on the queue for the next pass.
+    /// A write was refused: the pass stops there, so the keys it served go back on the queue (the writes it did
+    /// not get to decided on them), with the key of the refused write.
     pub fn requeue(&mut self, action: &Action) {
         self.dirty = true;
+        let serving = std::mem::take(&mut self.serving);
+        self.changes.claims.extend(serving.claims);
+        self.changes.vmis.extend(serving.vmis);
+        self.changes.nodes.extend(serving.nodes);
         match action {
             Action::CreateClaim { claim, .. }
             | Action::UpdateClaim { claim, .. }

@@ -28,7 +28,7 @@ use serde::Deserialize;
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
-use crate::world::{DeploymentSpec, Event, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
+use crate::world::{DeploymentSpec, Event, Faults, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
 
 /// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
 pub const NODES_MAX: u32 = 1_000_000;
@@ -55,6 +55,9 @@ pub struct Scenario {
     /// The GPU controller's Deployment (default: 2 replicas, 2 s cache sync, 10 s restart).
     #[serde(default)]
     pub controller: Option<ControllerSpec>,
+    /// Faults by rate (all off by default).
+    #[serde(default)]
+    pub faults: Option<FaultsSpec>,
 }
 
 /// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
@@ -208,6 +211,42 @@ pub struct TimedEvent {
     /// The GPU controller replica of this index crashes (its kubelet restarts it).
     #[serde(default)]
     pub controller_crash: Option<usize>,
+    /// The device plugin reports units of a resource on a node unhealthy.
+    #[serde(default)]
+    pub device_failure: Option<DeviceFailureSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceFailureSpec {
+    pub node: String,
+    pub resource: String,
+    #[serde(default = "one")]
+    pub units: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Faults by rate, switched on for the whole run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultsSpec {
+    /// Probability that a GPU controller write meets a conflict.
+    #[serde(default)]
+    pub conflict_rate: f64,
+    /// Watch changes arrive after a lag uniform in [100 ms, this].
+    #[serde(default)]
+    pub watch_lag_max: Option<Duration>,
+    #[serde(default)]
+    pub controller_crash_every: Option<Duration>,
+    #[serde(default)]
+    pub node_loss_every: Option<Duration>,
+    #[serde(default)]
+    pub node_loss_duration: Option<Duration>,
+    #[serde(default)]
+    pub device_failure_every: Option<Duration>,
 }
 
 /// The GPU controller's Deployment in a scenario.
@@ -303,6 +342,28 @@ impl Scenario {
             spec.lifetime = vm.lifetime.map(|d| d.0);
             world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
         }
+        if let Some(spec) = &self.faults {
+            if !(0.0..=1.0).contains(&spec.conflict_rate) {
+                return Err(invalid("faults.conflictRate", "must be a probability in [0, 1]"));
+            }
+            for (field, every) in [
+                ("controllerCrashEvery", &spec.controller_crash_every),
+                ("nodeLossEvery", &spec.node_loss_every),
+                ("deviceFailureEvery", &spec.device_failure_every),
+            ] {
+                if every.as_ref().is_some_and(|d| d.0 < Millis::seconds(1)) {
+                    return Err(invalid(format!("faults.{field}"), "must be at least 1s"));
+                }
+            }
+            world.set_faults(Faults {
+                conflict_rate: spec.conflict_rate,
+                watch_lag_max: spec.watch_lag_max.as_ref().map(|d| d.0),
+                controller_crash_every: spec.controller_crash_every.as_ref().map(|d| d.0),
+                node_loss_every: spec.node_loss_every.as_ref().map(|d| d.0),
+                node_loss_duration: spec.node_loss_duration.as_ref().map(|d| d.0),
+                device_failure_every: spec.device_failure_every.as_ref().map(|d| d.0),
+            })?;
+        }
         for (index, timed) in self.events.iter().enumerate() {
             let field = format!("events[{index}]");
             let given = [
@@ -316,12 +377,13 @@ impl Scenario {
                 timed.migrate.is_some(),
                 timed.drain.is_some(),
                 timed.controller_crash.is_some(),
+                timed.device_failure.is_some(),
             ];
             if given.iter().filter(|given| **given).count() != 1 {
                 return Err(invalid(
                     field,
                     "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost, \
-                     nodeRecovered, migrate, drain and controllerCrash",
+                     nodeRecovered, migrate, drain, controllerCrash and deviceFailure",
                 ));
             }
             let event = if let Some(group) = &timed.add_nodes {
@@ -340,6 +402,12 @@ impl Scenario {
                 Event::Drain { node: node.clone() }
             } else if let Some(index) = timed.controller_crash {
                 Event::ControllerCrash { index }
+            } else if let Some(failure) = &timed.device_failure {
+                Event::DeviceFailure {
+                    node: failure.node.clone(),
+                    resource: failure.resource.clone(),
+                    units: failure.units,
+                }
             } else if let Some(node) = &timed.node_lost {
                 Event::NodeLost { node: node.clone() }
             } else if let Some(node) = &timed.node_recovered {

@@ -40,6 +40,8 @@ pub struct Watch {
     now: Millis,
     queue: VecDeque<(Millis, Change)>,
     delivery_scheduled: bool,
+    /// A lag drawn per change, uniform in [lag, max], from its own stream (a fault a scenario switches on).
+    jitter: Option<(Millis, rand_chacha::ChaCha8Rng)>,
 }
 
 impl Watch {
@@ -48,9 +50,18 @@ impl Watch {
         self.now = now;
     }
 
+    /// Draws each change's lag uniformly from [lag, max] with `rng`.
+    pub fn jitter(&mut self, max: Millis, rng: rand_chacha::ChaCha8Rng) {
+        self.jitter = Some((max.max(self.lag), rng));
+    }
+
     pub(super) fn push(&mut self, change: Change) {
-        // Delivery stays in revision order, whatever the lag.
-        let due = self.queue.back().map_or(self.now + self.lag, |(last, _)| (*last).max(self.now + self.lag));
+        let lag = match &mut self.jitter {
+            Some((max, rng)) => Millis(rand::RngExt::random_range(rng, self.lag.0..=max.0)),
+            None => self.lag,
+        };
+        // Delivery stays in revision order, whatever the lag: a watch is one ordered stream.
+        let due = self.queue.back().map_or(self.now + lag, |(last, _)| (*last).max(self.now + lag));
         self.queue.push_back((due, change));
     }
 

@@ -5,7 +5,6 @@ use gpuclaim_engine::controller::Action;
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
-use crate::kubevirt::start::{ITEM_BACKOFF_BASE, ITEM_BACKOFF_MAX};
 
 impl World {
     /// Watch events reach the controller's cache; work wakes it.
@@ -41,10 +40,18 @@ impl World {
         self.stats.controller_passes += 1;
         let now = self.time();
         let actions = self.controller.reconcile(now);
-        let mut refused = false;
+        // A refused write's retry delay: client-go's rate limiter for that object (5 ms·2^k per object, a shared
+        // 10/s bucket), so one object that keeps conflicting does not hold the others back.
+        let mut refused: Option<Millis> = None;
         for action in &actions {
-            match self.api.write(action, now, &self.controller.user.clone()) {
+            let written = if self.injected_conflict() && !matches!(action, Action::Event { .. }) {
+                Err(crate::apiserver::ApiError::Conflict { kind: kind_of(action), name: action_name(action) })
+            } else {
+                self.api.write(action, now, &self.controller.user.clone())
+            };
+            match written {
                 Ok(changes) => {
+                    self.controller_retries.forget(&action_object(action));
                     // Written through: the next pass sees its own writes at once.
                     for change in changes {
                         self.controller.written(change);
@@ -55,16 +62,18 @@ impl World {
                     let object = action_object(action);
                     self.refused("gpu-controller", &object, "WriteRefused", error.reason(), error.to_string())?;
                     self.controller.requeue(action);
-                    refused = true;
+                    refused = Some(self.controller_retries.when(&object, self.now()));
                     break;
                 }
             }
         }
+        if refused.is_none() {
+            self.controller.passed();
+        }
         // What its own writes queued is served when their echo would arrive, one lag later; a refused write
-        // requeues with controller-runtime's exponential backoff instead.
-        self.controller_failures = if refused { self.controller_failures.saturating_add(1) } else { 0 };
+        // requeues after its object's backoff instead.
         if self.controller.is_dirty() {
-            let delay = if refused { requeue_backoff(self.controller_failures) } else { self.timing.watch_lag };
+            let delay = refused.unwrap_or(self.timing.watch_lag);
             self.wake_controller_at(self.now() + delay)?;
         }
         Ok(())
@@ -113,10 +122,27 @@ impl World {
     }
 }
 
-/// controller-runtime's per-item backoff (5 ms · 2^k, at most 1000 s) after `failures` refused passes in a row.
-fn requeue_backoff(failures: u32) -> Millis {
-    let exponent = failures.saturating_sub(1).min(30);
-    Millis((ITEM_BACKOFF_BASE.0 << exponent).min(ITEM_BACKOFF_MAX.0))
+fn kind_of(action: &Action) -> crate::apiserver::Kind {
+    use crate::apiserver::Kind;
+    match action {
+        Action::CreateClaim { .. } | Action::UpdateClaim { .. } | Action::DeleteClaim { .. } => Kind::Claim,
+        Action::PinAndUngate { .. } | Action::SetPodWaiting { .. } | Action::Event { .. } => Kind::Pod,
+        Action::OpenUsage { .. } | Action::CloseUsage { .. } => Kind::Usage,
+        Action::PublishClass { .. } => Kind::Class,
+    }
+}
+
+fn action_name(action: &Action) -> String {
+    match action {
+        Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
+            claim.name.clone()
+        }
+        Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => pod.name.clone(),
+        Action::OpenUsage { usage } => usage.name.clone(),
+        Action::CloseUsage { usage, .. } => usage.name.clone(),
+        Action::PublishClass { class, .. } => class.clone(),
+        Action::Event { object, .. } => object.name.clone(),
+    }
 }
 
 fn action_object(action: &Action) -> String {

@@ -6,6 +6,7 @@
 
 mod controller;
 mod deployment;
+mod faults;
 mod kubevirt;
 mod migrations;
 mod nodes;
@@ -28,6 +29,7 @@ use crate::scheduler::Requested;
 use crate::scheduling_queue::SchedulingQueue;
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
+pub use faults::{FaultKind, Faults};
 pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
 pub use workloads::Workload;
 
@@ -133,6 +135,10 @@ pub enum Event {
     LeaseAcquire { index: usize },
     /// kubectl drain evicts the controller replicas on a node (retried while the budget refuses).
     EvictReplicas { node: String },
+    /// A fault process ticks.
+    Fault { kind: FaultKind },
+    /// The device plugin reports units of a resource unhealthy.
+    DeviceFailure { node: String, resource: String, units: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +184,8 @@ struct StartFailure {
 
 /// The whole twin.
 pub struct World {
+    seed: u64,
+    faults: Faults,
     kernel: Kernel<Event>,
     streams: Streams,
     log: EventLog,
@@ -205,8 +213,8 @@ pub struct World {
     scheduling_queue: SchedulingQueue,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
-    /// Consecutive passes that ended on a refused write (the controller's requeue backoff).
-    controller_failures: u32,
+    /// The GPU controller's work queue rate limiter (a refused write's object backs off).
+    controller_retries: RateLimiter,
     stats: Stats,
     workloads: Vec<Workload>,
     /// The log's hash once the log was taken.
@@ -228,6 +236,8 @@ impl World {
         let mut api = ApiServer::new(store.clone(), 1_000);
         api.watch().lag = timing.watch_lag;
         let mut world = World {
+            seed,
+            faults: Faults::default(),
             kernel: Kernel::new(),
             streams: Streams::new(seed),
             log,
@@ -246,7 +256,7 @@ impl World {
             deployment: deployment::Deployment::default(),
             scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
-            controller_failures: 0,
+            controller_retries: RateLimiter::default(),
             stats: Stats::default(),
             workloads: Vec::new(),
             closed_hash: None,
@@ -359,6 +369,8 @@ impl World {
             Event::ReplicaSynced { index } => self.replica_synced(index)?,
             Event::LeaseAcquire { index } => self.lease_acquire(index)?,
             Event::EvictReplicas { node } => self.evict_replicas(&node)?,
+            Event::Fault { kind } => self.fault(kind)?,
+            Event::DeviceFailure { node, resource, units } => self.device_failure(&node, &resource, units)?,
         }
         // Whatever the step wrote reaches the controller's cache one lag later.
         if let Some(due) = self.api.watch().delivery_due() {
