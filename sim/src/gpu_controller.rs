@@ -29,6 +29,8 @@ pub struct GpuController {
     dirty: bool,
     /// The next pass is a full one (a new leader's first, a resync).
     resync: bool,
+    /// The keys the last pass served: a pass cut short by a refused write serves them again.
+    serving: Changes,
     pub user: String,
 }
 
