@@ -18,6 +18,7 @@ pub struct Openb {
     pub sample: u64,
     pub sample_seed: Option<u64>,
     pub shared_as_whole: bool,
+    pub ignore_deletion: bool,
     pub name: Option<String>,
 }
 
@@ -39,6 +40,7 @@ pub fn openb(options: Openb) -> anyhow::Result<()> {
     library.sample = options.sample;
     library.sample_seed = options.sample_seed;
     library.shared = if options.shared_as_whole { SharedGpus::Whole } else { SharedGpus::Vgpu };
+    library.ignore_deletion = options.ignore_deletion;
     library.name = options.name;
     let imported = import_openb(&library)?;
     write(&imported, &options.out, started)

@@ -99,6 +99,9 @@ enum ImportCommand {
         /// Tasks sharing a GPU order one whole passthrough GPU instead of a vGPU.
         #[arg(long)]
         shared_as_whole: bool,
+        /// Tasks never end: arrivals fill the cluster (how the FGD simulator reads the trace).
+        #[arg(long)]
+        ignore_deletion: bool,
         #[arg(long)]
         name: Option<String>,
     },
@@ -138,10 +141,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
         Command::Import {
             command:
-                ImportCommand::Openb { nodes, pods, out, time_scale, window, sample, sample_seed, shared_as_whole, name },
+                ImportCommand::Openb {
+                    nodes,
+                    pods,
+                    out,
+                    time_scale,
+                    window,
+                    sample,
+                    sample_seed,
+                    shared_as_whole,
+                    ignore_deletion,
+                    name,
+                },
         } => {
-            let options =
-                import_cmd::Openb { nodes, pods, out, time_scale, window, sample, sample_seed, shared_as_whole, name };
+            let options = import_cmd::Openb {
+                nodes,
+                pods,
+                out,
+                time_scale,
+                window,
+                sample,
+                sample_seed,
+                shared_as_whole,
+                ignore_deletion,
+                name,
+            };
             import_cmd::openb(options)?;
         }
         Command::Import { command: ImportCommand::Nodes { nodes, out, memory_per_cpu, duration, name } } => {

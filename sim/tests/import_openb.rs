@@ -343,6 +343,12 @@ fn window_time_scale_and_sampling() {
     let (_, starts) = run(&imported, Millis(imported.duration_ms));
     assert_eq!(starts, 3);
 
+    // Deletions ignored (the FGD simulator's reading): every task runs to the end.
+    let imported = import("forever", NODES, &pods, |o| o.ignore_deletion = true).unwrap();
+    assert!(imported.vms.iter().all(|vm| vm.lifetime_ms.is_none()));
+    assert_eq!(imported.summary["vms_running_to_the_end"], 5);
+    assert_eq!(imported.duration_ms, 4_000_000, "the last creation (400 s) and an hour");
+
     // Every second row, from the first.
     let imported = import("every", NODES, &pods, |o| o.sample = 2).unwrap();
     let names: Vec<&str> = imported.vms.iter().map(|vm| vm.name.as_str()).collect();

@@ -42,6 +42,8 @@ pub struct OpenbOptions {
     pub sample: u64,
     pub sample_seed: Option<u64>,
     pub shared: SharedGpus,
+    /// Tasks never end (the FGD simulator's reading of the trace: arrivals fill the cluster).
+    pub ignore_deletion: bool,
     /// The scenario's name (else from the pods file's name).
     pub name: Option<String>,
 }
@@ -56,6 +58,7 @@ impl OpenbOptions {
             sample: 1,
             sample_seed: None,
             shared: SharedGpus::Vgpu,
+            ignore_deletion: false,
             name: None,
         }
     }
@@ -244,7 +247,10 @@ pub fn import_openb(options: &OpenbOptions) -> Result<Imported, ImportError> {
     let mut names: HashMap<String, u64> = HashMap::new();
     while table.next_row()? {
         let row = table.rows - 1;
-        let task = read_task(&table, &columns, row)?;
+        let mut task = read_task(&table, &columns, row)?;
+        if options.ignore_deletion {
+            task.deletion = None;
+        }
         if let Some(first) = names.insert(task.name.clone(), table.line()) {
             return Err(table.cell_error(columns.name, format!("task {:?} again (first on line {first})", task.name)));
         }
@@ -422,12 +428,13 @@ pub fn import_openb(options: &OpenbOptions) -> Result<Imported, ImportError> {
     imported.header = vec![
         format!("Imported by `gpuclaim import openb` from {} and {}.", file(&options.nodes), file(&options.pods)),
         format!(
-            "Options: time scale {}, window {window} (trace seconds), sample {sample}, shared GPUs as {}.",
+            "Options: time scale {}, window {window} (trace seconds), sample {sample}, shared GPUs as {}{}.",
             options.time_scale,
             match options.shared {
                 SharedGpus::Vgpu => "vGPU profiles",
                 SharedGpus::Whole => "whole GPUs",
-            }
+            },
+            if options.ignore_deletion { ", deletions ignored" } else { "" }
         ),
         "Trace: Alibaba cluster-trace-gpu-v2023 (Weng et al., ATC'23); for study or research only, cite the paper;"
             .to_owned(),
