@@ -173,6 +173,9 @@ pub struct Workload {
     /// claim is deleted when the VM is gone. A refused order creates no VM.
     #[serde(default)]
     pub held_claim: Option<ClaimTemplate>,
+    /// The VMs' disks are DataVolumes on local storage with `volumeBindingMode: WaitForFirstConsumer`.
+    #[serde(default)]
+    pub wffc_volume: bool,
     pub cpu: String,
     pub memory: String,
 }
@@ -275,8 +278,15 @@ pub struct TimedVm {
     pub gpus: Vec<GpuEntry>,
     pub cpu: String,
     pub memory: String,
+    /// How long it runs once Running.
     #[serde(default)]
     pub lifetime: Option<Duration>,
+    /// When the tenant stops and deletes it (absolute), whether it ever ran or not: a trace's deletion time.
+    #[serde(default)]
+    pub stop_at: Option<Duration>,
+    /// Its disk is a DataVolume on local storage with `volumeBindingMode: WaitForFirstConsumer`.
+    #[serde(default)]
+    pub wffc_volume: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -329,8 +339,9 @@ impl Scenario {
             if workload.gpus.is_empty() == workload.held_claim.is_none() {
                 return Err(invalid(field, "give exactly one of gpus and heldClaim"));
             }
-            let template =
+            let mut template =
                 vm_spec(&workload.tenant, &workload.prefix, &workload.gpus, &workload.cpu, &workload.memory, &field)?;
+            template.wffc_volume = workload.wffc_volume;
             let mut generator = WorldWorkload::new(template, workload.arrivals_per_hour, workload.mean_lifetime.0);
             if let Some(order) = &workload.held_claim {
                 generator = generator.ordering(order.clone());
@@ -340,6 +351,14 @@ impl Scenario {
         for (index, vm) in self.vms.iter().enumerate() {
             let mut spec = vm_spec(&vm.tenant, &vm.name, &vm.gpus, &vm.cpu, &vm.memory, &format!("vms[{index}]"))?;
             spec.lifetime = vm.lifetime.map(|d| d.0);
+            spec.wffc_volume = vm.wffc_volume;
+            if let Some(stop_at) = &vm.stop_at {
+                if stop_at.0 < vm.at.0 {
+                    return Err(invalid(format!("vms[{index}].stopAt"), "is before `at`"));
+                }
+                let stop = Event::StopVm { namespace: vm.tenant.clone(), vm: vm.name.clone() };
+                world.schedule_at(stop_at.0, stop)?;
+            }
             world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
         }
         if let Some(spec) = &self.faults {
@@ -509,6 +528,7 @@ fn vm_spec(
         cpu_millis: quantity::cpu_millis(cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?,
         memory_bytes: quantity::bytes(memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?,
         lifetime: None,
+        wffc_volume: false,
     })
 }
 

@@ -63,6 +63,8 @@ pub enum Misfit {
     Taint { key: String, value: Option<String>, effect: String },
     /// NodeResourcesFit.
     Insufficient { resource: String },
+    /// VolumeBinding: the pod's volume is bound to a local volume on another node.
+    VolumeNodeAffinity,
     /// InterPodAffinity: a pod the anti-affinity terms select runs there.
     AntiAffinity,
 }
@@ -77,14 +79,15 @@ impl fmt::Display for Misfit {
                 write!(f, "node(s) had untolerated taint {{{key}: {}}}", value.as_deref().unwrap_or_default())
             }
             Misfit::Insufficient { resource } => write!(f, "Insufficient {resource}"),
+            Misfit::VolumeNodeAffinity => write!(f, "node(s) had volume node affinity conflict"),
             Misfit::AntiAffinity => write!(f, "node(s) didn't match pod anti-affinity rules"),
         }
     }
 }
 
-/// Runs the filters in kube-scheduler's order; the first that fails names the misfit. `avoided` says whether a
-/// pod the pod's required anti-affinity selects runs on the node (InterPodAffinity, the last filter).
-pub fn filter(pod: &Pod, node: &Node, requested: &Requested, avoided: bool) -> Result<(), Misfit> {
+/// Runs the filters in kube-scheduler's order; the first that fails names the misfit. `placed` is what the filters
+/// that read other objects say of the node (VolumeBinding, InterPodAffinity: the last ones).
+pub fn filter(pod: &Pod, node: &Node, requested: &Requested, placed: Option<Misfit>) -> Result<(), Misfit> {
     if node.unschedulable {
         return Err(Misfit::Cordoned);
     }
@@ -111,10 +114,10 @@ pub fn filter(pod: &Pod, node: &Node, requested: &Requested, avoided: bool) -> R
             return Err(Misfit::Insufficient { resource: resource.clone() });
         }
     }
-    if avoided {
-        return Err(Misfit::AntiAffinity);
+    match placed {
+        Some(misfit) => Err(misfit),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The scheduler's verdict for a pod that fits nowhere.
@@ -125,12 +128,12 @@ pub struct Unschedulable {
 
 /// Picks a node for `pod`: every node is filtered; among those that fit, the least requested (CPU and memory
 /// shares averaged, as NodeResourcesFit's LeastAllocated scores) wins, ties broken at random from the scheduler's
-/// stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled. `avoid` names the nodes
-/// where a pod the pod's required anti-affinity selects runs.
+/// stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled. `placed` says what the
+/// filters that read other objects (volumes, other pods) find wrong with a node.
 pub fn schedule<'n>(
     pod: &Pod,
     nodes: impl Iterator<Item = (&'n Node, &'n Requested)>,
-    avoid: impl Fn(&str) -> bool,
+    placed: impl Fn(&str) -> Option<Misfit>,
     rng: &mut ChaCha8Rng,
 ) -> Result<&'n str, Unschedulable> {
     if !pod.scheduling_gates.is_empty() {
@@ -142,7 +145,7 @@ pub fn schedule<'n>(
     let mut ties = 0u32;
     for (node, requested) in nodes {
         total += 1;
-        match filter(pod, node, requested, avoid(&node.name)) {
+        match filter(pod, node, requested, placed(&node.name)) {
             Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
             Ok(()) => {
                 let score = free_share(pod, node, requested);
@@ -174,6 +177,7 @@ pub fn schedule<'n>(
 pub fn schedule_pinned<'n>(
     pod: &Pod,
     pinned: Option<(&'n Node, &'n Requested)>,
+    placed: impl Fn(&str) -> Option<Misfit>,
     total: u32,
 ) -> Result<&'n str, Unschedulable> {
     if !pod.scheduling_gates.is_empty() {
@@ -185,7 +189,7 @@ pub fn schedule_pinned<'n>(
         misfits.insert(Misfit::Selector, others);
     }
     if let Some((node, requested)) = pinned {
-        match filter(pod, node, requested, false) {
+        match filter(pod, node, requested, placed(&node.name)) {
             Ok(()) => return Ok(node.name.as_str()),
             Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
         }
@@ -239,25 +243,27 @@ mod tests {
         let pod = launcher(2);
         let node = gpu_node("gpu-1", H100, 2);
         let idle = Requested::default();
-        assert_eq!(filter(&pod, &node, &idle, false), Ok(()));
+        assert_eq!(filter(&pod, &node, &idle, None), Ok(()));
         let mut busy = Requested::default();
         busy.devices.insert(H100.to_owned(), 1);
-        assert_eq!(filter(&pod, &node, &busy, false), Err(Misfit::Insufficient { resource: H100.to_owned() }));
+        assert_eq!(filter(&pod, &node, &busy, None), Err(Misfit::Insufficient { resource: H100.to_owned() }));
         let mut untolerated = pod.clone();
         untolerated.tolerations.clear();
         assert_eq!(
-            filter(&untolerated, &node, &idle, false).unwrap_err().to_string(),
+            filter(&untolerated, &node, &idle, None).unwrap_err().to_string(),
             format!("node(s) had untolerated taint {{{H100}: }}")
         );
         let mut elsewhere = pod.clone();
         elsewhere.node_selector.insert("zone".into(), "b".into());
-        assert_eq!(filter(&elsewhere, &node, &idle, false), Err(Misfit::Selector));
+        assert_eq!(filter(&elsewhere, &node, &idle, None), Err(Misfit::Selector));
         let mut cordoned = node.clone();
         cordoned.unschedulable = true;
-        assert_eq!(filter(&pod, &cordoned, &idle, false), Err(Misfit::Cordoned));
+        assert_eq!(filter(&pod, &cordoned, &idle, None), Err(Misfit::Cordoned));
         let cpu = Requested { cpu_millis: node.cpu_millis, ..Requested::default() };
-        assert_eq!(filter(&pod, &node, &cpu, false), Err(Misfit::Insufficient { resource: "cpu".into() }));
-        let avoided = filter(&pod, &node, &idle, true).unwrap_err();
+        assert_eq!(filter(&pod, &node, &cpu, None), Err(Misfit::Insufficient { resource: "cpu".into() }));
+        let volume = filter(&pod, &node, &idle, Some(Misfit::VolumeNodeAffinity)).unwrap_err();
+        assert_eq!(volume.to_string(), "node(s) had volume node affinity conflict");
+        let avoided = filter(&pod, &node, &idle, Some(Misfit::AntiAffinity)).unwrap_err();
         assert_eq!(
             (avoided.clone(), avoided.to_string()),
             (Misfit::AntiAffinity, "node(s) didn't match pod anti-affinity rules".into())
@@ -270,7 +276,7 @@ mod tests {
         let nodes = [gpu_node("gpu-1", H100, 2), gpu_node("gpu-2", H100, 2), gpu_node("cpu-1", "none", 0)];
         let requested = Requested::default();
         let mut rng = actor_stream(1, "scheduler");
-        let verdict = schedule(&pod, nodes.iter().map(|n| (n, &requested)), |_| false, &mut rng).unwrap_err();
+        let verdict = schedule(&pod, nodes.iter().map(|n| (n, &requested)), |_| None, &mut rng).unwrap_err();
         assert_eq!(
             verdict.message,
             format!("0/3 nodes are available: 1 node(s) had untolerated taint {{none: }}, 2 Insufficient {H100}.")
@@ -287,16 +293,16 @@ mod tests {
         let mut picks = BTreeMap::new();
         let mut rng = actor_stream(3, "scheduler");
         for _ in 0..200 {
-            let node = schedule(&pod, nodes.iter().zip(loads), |_| false, &mut rng).unwrap();
+            let node = schedule(&pod, nodes.iter().zip(loads), |_| None, &mut rng).unwrap();
             *picks.entry(node).or_insert(0) += 1;
         }
         assert!(!picks.contains_key("gpu-1"), "the loaded node loses");
         assert!(picks["gpu-2"] > 60 && picks["gpu-3"] > 60, "ties split: {picks:?}");
         let mut again = actor_stream(3, "scheduler");
-        let first = schedule(&pod, nodes.iter().zip(loads), |_| false, &mut again).unwrap();
+        let first = schedule(&pod, nodes.iter().zip(loads), |_| None, &mut again).unwrap();
         let mut replay = actor_stream(3, "scheduler");
         assert_eq!(
-            schedule(&pod, nodes.iter().zip(loads), |_| false, &mut replay).unwrap(),
+            schedule(&pod, nodes.iter().zip(loads), |_| None, &mut replay).unwrap(),
             first,
             "same stream, same pick"
         );
@@ -309,7 +315,7 @@ mod tests {
         let node = gpu_node("gpu-1", H100, 8);
         let idle = Requested::default();
         let verdict =
-            schedule(&pod, std::iter::once((&node, &idle)), |_| false, &mut actor_stream(1, "scheduler")).unwrap_err();
+            schedule(&pod, std::iter::once((&node, &idle)), |_| None, &mut actor_stream(1, "scheduler")).unwrap_err();
         assert_eq!(verdict.message, MESSAGE_SCHEDULING_GATED);
     }
 }

@@ -41,6 +41,7 @@ fn run(seed: u64) -> (World, String) {
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
         lifetime: None,
+        wffc_volume: false,
     };
     world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
     world.run(Millis::seconds(120), 10_000).expect("the run ends within its bounds");
@@ -98,6 +99,7 @@ fn a_stopped_vm_gives_its_units_to_the_vm_waiting_for_them() {
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
         lifetime: lifetime.map(Millis::seconds),
+        wffc_volume: false,
     };
     world.schedule_at(Millis::seconds(1), Event::CreateVm(vm("first", 8, Some(60)))).unwrap();
     world.schedule_at(Millis::seconds(2), Event::CreateVm(vm("second", 8, None))).unwrap();

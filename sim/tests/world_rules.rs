@@ -125,3 +125,24 @@ fn the_controller_decides_on_a_cache_that_lags_the_store() {
     let watched: Vec<_> = store.pods().filter(|p| gpuclaim_engine::model::is_claims_pod(p)).collect();
     assert_eq!(watched, cache.pods().collect::<Vec<_>>());
 }
+
+#[test]
+fn a_vm_stopped_at_its_trace_time_goes_whether_it_ran_or_not() {
+    let text = "name: s\nduration: 2h\ncluster:\n  classes: [{name: h100, resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}]\n  \
+                nodes: [{prefix: n, count: 1, cpu: '64', memory: 256Gi, devices: {nvidia.com/H100: 8}}]\n\
+                vms:\n- {at: 1s, tenant: t, name: big, gpus: [{claimTemplate: {class: h100, count: 8}}], cpu: '4', memory: 8Gi, stopAt: 1h}\n\
+                - {at: 2s, tenant: t, name: waits, gpus: [{claimTemplate: {class: h100, count: 8}}], cpu: '4', memory: 8Gi, stopAt: 30m}\n";
+    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
+    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    world.run(Millis::seconds(1_700), 100_000).unwrap();
+    assert_eq!(world.store().vmi("t", "waits").unwrap().phase, VmiPhase::Scheduling, "gated behind big");
+    world.run(Millis::seconds(1_900), 100_000).unwrap();
+    assert!(world.store().vmi("t", "waits").is_none(), "deleted at 30 min without ever running");
+    assert!(world.store().claim("t", "waits-gpu-0").is_none());
+    world.run(Millis::seconds(3_700), 100_000).unwrap();
+    assert!(world.store().vmi("t", "big").is_none(), "stopped at 1 h");
+    assert_eq!(world.vm_starts(), 1);
+    let bad = gpuclaim_sim::scenario::parse_scenario(&text.replace("stopAt: 30m", "stopAt: 1s")).unwrap();
+    let error = bad.build(1, EventLog::new(None)).err().unwrap();
+    assert_eq!(error.to_string(), "field vms[1].stopAt: is before `at`");
+}

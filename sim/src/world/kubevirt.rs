@@ -1,7 +1,7 @@
 //! KubeVirt's actors: the VM controller (render, VMI create with rate-limited retries), the VMI controller
 //! (launcher create, deletion of finished VMIs), virt-handler (Running, stop).
 
-use gpuclaim_engine::keys;
+use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
 use gpuclaim_engine::rules::{VmRender, render_vm};
 
@@ -14,7 +14,8 @@ impl World {
     /// A tenant creates a VM (with the held claim it ordered for it, if any); the VM controller syncs it at once.
     pub(super) fn create_vm(&mut self, spec: VmSpec, ordered_claim: Option<String>) -> Result<(), WorldError> {
         let key = (spec.namespace.clone(), spec.name.clone());
-        let state = VmState { spec, ordered_claim, halted: false, start_failure: None, vmi_ran: false };
+        let state =
+            VmState { spec, ordered_claim, halted: false, start_failure: None, vmi_ran: false, volume_node: None };
         self.vms.insert(key.clone(), state);
         self.sync_vm(&key.0, &key.1)
     }
@@ -100,17 +101,31 @@ impl World {
         }
         let Some(vm) = self.vms.get(&(namespace.to_owned(), vmi_name.to_owned())) else { return Ok(()) };
         let name = format!("virt-launcher-{vmi_name}-{:05}", self.kernel.handled() % 100_000);
-        let pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
+        let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
+        // A WaitForFirstConsumer volume not bound yet: first the temporary pod (same labels and requests), whose
+        // node the volume binds to.
+        let binder = vm.spec.wffc_volume && vm.volume_node.is_none();
+        if binder {
+            pod.annotations.insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
+        }
         let object = format!("Pod {namespace}/{name}");
         let item = format!("{namespace}/{vmi_name}");
         match self.api.create_pod(pod) {
             Ok(pod) => {
                 let gated = !pod.scheduling_gates.is_empty();
                 self.vmi_retries.forget(&item);
-                self.record("vmi-controller", &object, "Created", vec![("gated", gated.to_string())])?;
-                self.api
-                    .update_vmi(namespace, vmi_name, |vmi| vmi.phase = VmiPhase::Scheduling)
-                    .expect("the VMI was read above");
+                let role = if binder { "volume binder" } else { "launcher" };
+                self.record(
+                    "vmi-controller",
+                    &object,
+                    "Created",
+                    vec![("gated", gated.to_string()), ("role", role.into())],
+                )?;
+                if !binder {
+                    self.api
+                        .update_vmi(namespace, vmi_name, |vmi| vmi.phase = VmiPhase::Scheduling)
+                        .expect("the VMI was read above");
+                }
                 self.schedule_at(self.now(), Event::Schedule { namespace: namespace.to_owned(), pod: name })
             }
             Err(error) => {
@@ -121,6 +136,21 @@ impl World {
                 self.schedule_at(self.now() + retry, event)
             }
         }
+    }
+
+    /// The temporary pod runs: the volume binds to its node (local storage), the pod is deleted, and the launcher
+    /// follows, bound by the volume to that node.
+    pub(super) fn volume_bound(&mut self, namespace: &str, pod: &str, vmi: &str, node: &str) -> Result<(), WorldError> {
+        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+            vm.volume_node = Some(node.to_owned());
+        }
+        self.record("cdi", &format!("DataVolume {namespace}/{vmi}"), "Bound", vec![("node", node.to_owned())])?;
+        self.scheduler_forget(namespace, pod);
+        if self.api.delete_pod(namespace, pod).is_ok() {
+            self.record("vmi-controller", &format!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+        }
+        self.scheduler_cluster_changed()?;
+        self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi.to_owned() })
     }
 
     /// virt-handler: the domain runs.
@@ -147,13 +177,17 @@ impl World {
     }
 
     /// The tenant stops the VM (runStrategy Halted, which also clears its start failures): the VMI ends
-    /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM.
+    /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM. A VM
+    /// stopped before it has a VMI (refused creates, a start backoff) is deleted at once.
     pub(super) fn stop_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
-        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(vm) = self.vms.get_mut(&key) {
             vm.halted = true;
             vm.start_failure = None;
         }
-        let Some(vmi) = self.api.store().vmi(namespace, name) else { return Ok(()) };
+        let Some(vmi) = self.api.store().vmi(namespace, name) else {
+            return self.forget_vm(namespace, name);
+        };
         if vmi.phase.is_final() {
             return Ok(());
         }
@@ -178,7 +212,12 @@ impl World {
         if !self.vms.get(&key).is_some_and(|vm| vm.halted) {
             return self.schedule_at(self.now(), Event::SyncVm { namespace: key.0, vm: key.1 });
         }
-        if let Some(vm) = self.vms.remove(&key)
+        self.forget_vm(namespace, name)
+    }
+
+    /// The tenant deletes a stopped VM, and the held claim it ordered for it.
+    fn forget_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        if let Some(vm) = self.vms.remove(&(namespace.to_owned(), name.to_owned()))
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
         {

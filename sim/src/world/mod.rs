@@ -43,6 +43,8 @@ pub struct VmSpec {
     pub memory_bytes: u64,
     /// How long the VM runs once Running, then stops (`None`: until the end).
     pub lifetime: Option<Millis>,
+    /// Its disk is a DataVolume on local storage with `volumeBindingMode: WaitForFirstConsumer`.
+    pub wffc_volume: bool,
 }
 
 /// The twin's timing (virtual), with defaults read off real clusters.
@@ -172,6 +174,8 @@ struct VmState {
     start_failure: Option<StartFailure>,
     /// The current VMI reached Running (its `phaseTransitionTimestamps` has a Running entry).
     vmi_ran: bool,
+    /// The node its WaitForFirstConsumer volume was bound to (local storage: for good).
+    volume_node: Option<String>,
 }
 
 /// KubeVirt's `vm.status.startFailure`.
@@ -408,5 +412,6 @@ pub fn template_vm(namespace: &str, name: &str, class: &str, count: u32) -> VmSp
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
         lifetime: None,
+        wffc_volume: false,
     }
 }

@@ -9,7 +9,7 @@ use gpuclaim_engine::scheduling::is_pinned_to;
 use rand::RngExt;
 
 use super::{Event, World, WorldError};
-use crate::scheduler::{Requested, schedule, schedule_pinned};
+use crate::scheduler::{Misfit, Requested, schedule, schedule_pinned};
 
 impl World {
     /// kube-scheduler: a gated pod waits; an ungated one is bound where it fits, or parked.
@@ -25,17 +25,29 @@ impl World {
         let empty = Requested::default();
         let store = self.api.store();
         let total = store.node_count() as u32;
+        // What the filters reading other objects say: the VM's local volume bound to one node, the pods the
+        // anti-affinity keeps it off.
+        let volume_node = pod
+            .owner_vmi
+            .as_ref()
+            .and_then(|vmi| self.vms.get(&(namespace.to_owned(), vmi.name.clone())))
+            .and_then(|vm| vm.volume_node.clone());
+        let avoided = avoided_nodes(store, pod);
+        let placed = |node: &str| {
+            if volume_node.as_deref().is_some_and(|bound| bound != node) {
+                return Some(Misfit::VolumeNodeAffinity);
+            }
+            avoided.contains(node).then_some(Misfit::AntiAffinity)
+        };
         let verdict = match pod.required_terms.as_deref().and_then(is_pinned_to) {
             // Pinned by the GPU controller: only that node can pass node affinity.
             Some(pinned) => {
                 let node = store.node(pinned).map(|n| (n, self.requested.get(pinned).unwrap_or(&empty)));
-                schedule_pinned(pod, node, total).map(str::to_owned)
+                schedule_pinned(pod, node, placed, total).map(str::to_owned)
             }
             None => {
-                let avoided = avoided_nodes(store, pod);
                 let candidates = store.nodes().map(|n| (n, self.requested.get(&n.name).unwrap_or(&empty)));
-                let avoid = |node: &str| avoided.contains(node);
-                schedule(pod, candidates, avoid, self.streams.of("scheduler")).map(str::to_owned)
+                schedule(pod, candidates, placed, self.streams.of("scheduler")).map(str::to_owned)
             }
         };
         match verdict {
@@ -106,6 +118,9 @@ impl World {
         if let Some(uid) = migration_of(self.api.store(), namespace, name) {
             return self.migration_target_running(&uid);
         }
+        if is_volume_binder(self.api.store(), namespace, name) {
+            return self.volume_bound(namespace, name, &vmi_name, &node);
+        }
         let scheduled = self.api.update_vmi(namespace, &vmi_name, |vmi| {
             vmi.phase = VmiPhase::Scheduled;
             vmi.node_name = Some(node);
@@ -143,6 +158,14 @@ impl World {
         self.record("operator", &format!("Node {name}"), what, vec![])?;
         self.scheduler_cluster_changed()
     }
+}
+
+/// Whether a pod is the temporary pod that binds a WaitForFirstConsumer volume.
+fn is_volume_binder(store: &View, namespace: &str, pod: &str) -> bool {
+    store.pod(namespace, pod).is_some_and(|pod| {
+        pod.annotations.get(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING).map(String::as_str)
+            == Some(gpuclaim_engine::keys::TRUE)
+    })
 }
 
 /// The migration a target pod belongs to.
