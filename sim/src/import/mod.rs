@@ -249,7 +249,8 @@ pub struct TenantOut {
     pub vgpu_entitled: bool,
 }
 
-/// One timed VM: created at `at_ms`, stopped `lifetime_ms` after it is Running (`None`: runs to the end).
+/// One timed VM: created at `at_ms`, stopped (and deleted, whether it ran or not) `lifetime_ms` later, at its
+/// trace deletion time (`None`: runs to the end).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmOut {
     pub at_ms: u64,
@@ -357,7 +358,9 @@ impl Imported {
                 Some((class, count)) => format!("[{{claimTemplate: {{class: {}, count: {count}}}}}]", quoted(class)),
                 None => "[]".to_owned(),
             };
-            let lifetime = vm.lifetime_ms.map(|ms| format!(", lifetime: {}", duration_text(ms))).unwrap_or_default();
+            // The trace's deletion time, absolute: the tenant deletes the VM then, started or not.
+            let lifetime =
+                vm.lifetime_ms.map(|ms| format!(", stopAt: {}", duration_text(vm.at_ms + ms))).unwrap_or_default();
             writeln!(
                 out,
                 "- {{at: {}, tenant: {}, name: {}, cpu: \"{}m\", memory: \"{}Mi\", gpus: {gpus}{lifetime}}}",
