@@ -1,0 +1,6 @@
+//! The adapter's tests over real sockets on loopback: HTTPS with a test CA, and fake API servers where a
+//! kube-apiserver would be (none can be installed here).
+
+mod chart;
+mod support;
+mod webhook_https;
