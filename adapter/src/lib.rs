@@ -3,7 +3,7 @@
 //!
 //! It owns the I/O the engine must not do: the HTTPS server for the three admission webhooks (each answering with
 //! [`gpuclaim_engine::review::answer_review`], the path `gpuclaim review` takes), the serving certificate and its
-//! rotation, and the metrics.
+//! rotation, and the metrics with their access checks (TokenReview, SubjectAccessReview).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,9 @@
 //! # }
 //! ```
 
+pub mod access;
 pub mod https;
 pub mod metrics;
+pub mod scrape;
 pub mod tls;
 pub mod webhook;

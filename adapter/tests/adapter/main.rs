@@ -2,5 +2,6 @@
 //! kube-apiserver would be (none can be installed here).
 
 mod chart;
+mod metrics_auth;
 mod support;
 mod webhook_https;

@@ -152,3 +152,29 @@ pub fn example_reviews() -> Vec<(String, serde_json::Value)> {
     assert!(reviews.len() >= 6, "the example reviews are where the README says");
     reviews
 }
+
+/// A stand-in for the API server on loopback HTTPS: the routes a test gives it, and a kube client that trusts it.
+pub struct FakeApi {
+    pub client: kube::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeApi {
+    pub async fn start(router: axum::Router) -> FakeApi {
+        let ca = TestCa::new();
+        let dir = temp_dir("fake-api-certs");
+        write_cert_dir(&dir, &ca.serving());
+        let certificate = gpuclaim_adapter::tls::CertDir::open(&dir).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let limits = gpuclaim_adapter::https::Limits::default();
+        tokio::spawn(gpuclaim_adapter::https::serve(listener, certificate.server_config(), router, limits, async {
+            let _ = stopped.await;
+        }));
+        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+        config.root_cert = Some(vec![ca.der().to_vec()]);
+        config.default_namespace = "cozy-gpuclaim".to_owned();
+        FakeApi { client: kube::Client::try_from(config).unwrap(), _stop: stop }
+    }
+}
