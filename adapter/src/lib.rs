@@ -21,6 +21,7 @@
 
 pub mod access;
 pub mod https;
+pub mod leader;
 pub mod metrics;
 pub mod scrape;
 pub mod tls;

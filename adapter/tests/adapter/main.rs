@@ -2,6 +2,8 @@
 //! kube-apiserver would be (none can be installed here).
 
 mod chart;
+mod fake_store;
+mod leader;
 mod metrics_auth;
 mod support;
 mod webhook_https;
