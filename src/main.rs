@@ -1,7 +1,9 @@
-//! `gpuclaim`: a thin command line over the engine (and, as they land, the twin, scenarios, reports and adapter).
+//! `gpuclaim`: a thin command line over the engine, the twin and the live adapter (and, as they land, scenarios
+//! and reports).
 //!
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 
+mod controller_cmd;
 mod review_cmd;
 mod sim_cmd;
 
@@ -39,6 +41,8 @@ enum Command {
     },
     /// Prints the CRDs generated from the Rust types.
     Crds,
+    /// The live controller and webhook server (run in the cluster by the Helm chart).
+    Controller(controller_cmd::Args),
     /// The discrete-event twin.
     Sim {
         #[command(subcommand)]
@@ -82,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             review_cmd::run(&options)?;
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
+        Command::Controller(args) => controller_cmd::run(args)?,
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
             sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
         }

@@ -20,9 +20,14 @@
 //! ```
 
 pub mod access;
+pub mod cache;
+pub mod health;
 pub mod https;
 pub mod leader;
 pub mod metrics;
+pub mod reconciler;
+pub mod run;
 pub mod scrape;
 pub mod tls;
 pub mod webhook;
+pub mod writer;
