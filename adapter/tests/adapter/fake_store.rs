@@ -1,6 +1,7 @@
 //! A fake API server that stores objects: GET, POST, PUT, merge PATCH and DELETE on paths of the Kubernetes REST
 //! layout, with resourceVersion preconditions and the API server's Status bodies (404 NotFound, 409 Conflict and
-//! AlreadyExists). Every request is recorded, so tests can assert what was sent. No watch, no list.
+//! AlreadyExists). Every request is recorded, so tests can assert what was sent. A collection GET lists (selectors
+//! ignored); a watch stays open and sends nothing, so caches see exactly the listed state plus their own writes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -82,6 +83,7 @@ fn object_path(path: &str) -> &str {
 async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
     let content_type =
         request.headers().get("content-type").map(|v| v.to_str().unwrap_or_default().to_owned()).unwrap_or_default();
     let bytes: Bytes = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap();
@@ -93,8 +95,18 @@ async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
     }
     let key = object_path(&path).to_owned();
     match method {
+        Method::GET if query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1") => {
+            axum::body::Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()).into_response()
+        }
         Method::GET => match objects.objects.get(&key) {
             Some(object) => Json(object.clone()).into_response(),
+            None if is_collection(&path) => {
+                let items: Vec<Value> =
+                    objects.objects.iter().filter(|(k, _)| in_collection(k, &path)).map(|(_, v)| v.clone()).collect();
+                let version = objects.resource_version.to_string();
+                Json(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+                    .into_response()
+            }
             None => status(StatusCode::NOT_FOUND, "NotFound", format!("{key} not found")),
         },
         Method::POST => {
@@ -144,6 +156,64 @@ async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
             Json(stored).into_response()
         }
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", format!("{method} is not supported")),
+    }
+}
+
+/// Whether a path names a collection: `/api/v1/<plural>`, `/api/v1/namespaces/<ns>/<plural>`,
+/// `/apis/<group>/<version>/<plural>` or `/apis/<group>/<version>/namespaces/<ns>/<plural>`.
+fn is_collection(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let rest = match segments.first() {
+        Some(&"api") => &segments[2.min(segments.len())..],
+        Some(&"apis") => &segments[3.min(segments.len())..],
+        _ => return false,
+    };
+    matches!(rest, [_] | ["namespaces", _, _])
+}
+
+/// Whether the object at `key` belongs to the collection at `path`, which may span all namespaces.
+fn in_collection(key: &str, path: &str) -> bool {
+    let Some((collection, _name)) = key.rsplit_once('/') else { return false };
+    if collection == path {
+        return true;
+    }
+    // `/apis/g/v/namespaces/ns/plural` belongs to the all-namespaces collection `/apis/g/v/plural`.
+    let segments: Vec<&str> = collection.split('/').collect();
+    match segments.iter().position(|s| *s == "namespaces") {
+        Some(at) if at + 2 < segments.len() => {
+            let mut all = segments.clone();
+            all.drain(at..at + 2);
+            all.join("/") == path
+        }
+        _ => false,
+    }
+}
+
+/// The REST path of an object: where the fake store keeps it.
+pub fn rest_path(object: &Value) -> String {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let kind = object["kind"].as_str().unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let plural = match kind {
+        "GPUClass" => "gpuclasses",
+        "GPUClaim" => "gpuclaims",
+        "GPUUsage" => "gpuusages",
+        "VirtualMachineInstance" => "virtualmachineinstances",
+        other => return rest_path_core(other, object, name),
+    };
+    let base = format!("/apis/{api_version}");
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) if kind != "GPUClass" => format!("{base}/namespaces/{namespace}/{plural}/{name}"),
+        _ => format!("{base}/{plural}/{name}"),
+    }
+}
+
+fn rest_path_core(kind: &str, object: &Value, name: &str) -> String {
+    let plural = format!("{}s", kind.to_lowercase());
+    match (kind, object["metadata"]["namespace"].as_str()) {
+        ("Node" | "Namespace", _) => format!("/api/v1/{plural}/{name}"),
+        (_, Some(namespace)) => format!("/api/v1/namespaces/{namespace}/{plural}/{name}"),
+        (_, None) => format!("/api/v1/namespaces/default/{plural}/{name}"),
     }
 }
 

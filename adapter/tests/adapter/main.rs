@@ -2,6 +2,7 @@
 //! kube-apiserver would be (none can be installed here).
 
 mod chart;
+mod controller;
 mod fake_store;
 mod leader;
 mod metrics_auth;
