@@ -182,6 +182,11 @@ pub trait Cached: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 's
     fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError>;
     /// Takes the object out of the view.
     fn remove(key: &Key, view: &mut View, changes: &mut Changes);
+    /// The keys of this kind the view holds, when it can list them: the writer also puts objects into the view,
+    /// and a relist must be able to remove those too.
+    fn view_keys(_view: &View) -> Vec<Key> {
+        Vec::new()
+    }
 }
 
 fn key_of<K: Resource>(object: &K) -> Key {
@@ -197,6 +202,9 @@ impl Cached for GPUClass {
     fn remove((_, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_class(name);
     }
+    fn view_keys(view: &View) -> Vec<Key> {
+        view.classes().map(|c| (String::new(), c.name.clone())).collect()
+    }
 }
 
 impl Cached for GPUClaim {
@@ -211,6 +219,9 @@ impl Cached for GPUClaim {
         view.remove_claim(namespace, name);
         changes.claims.insert((namespace.clone(), name.clone()));
     }
+    fn view_keys(view: &View) -> Vec<Key> {
+        view.claims().map(|c| (c.namespace.clone(), c.name.clone())).collect()
+    }
 }
 
 impl Cached for GPUUsage {
@@ -222,6 +233,9 @@ impl Cached for GPUUsage {
     fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_usage(namespace, name);
     }
+    fn view_keys(view: &View) -> Vec<Key> {
+        view.usages().map(|u| (u.namespace.clone(), u.name.clone())).collect()
+    }
 }
 
 impl Cached for Pod {
@@ -232,6 +246,9 @@ impl Cached for Pod {
     }
     fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_pod(namespace, name);
+    }
+    fn view_keys(view: &View) -> Vec<Key> {
+        view.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect()
     }
 }
 
@@ -313,7 +330,8 @@ async fn watch_kind<K: Cached>(api: Api<K>, config: watcher::Config, caches: Arc
                 let listed = listing.take().unwrap_or_default();
                 let keys: BTreeSet<Key> = listed.iter().map(key_of).collect();
                 caches.apply(|view, changes| {
-                    for gone in known.difference(&keys) {
+                    let held: BTreeSet<Key> = known.iter().cloned().chain(K::view_keys(view)).collect();
+                    for gone in held.difference(&keys) {
                         K::remove(gone, view, changes);
                     }
                     for object in &listed {
