@@ -127,12 +127,20 @@ impl Elector {
         tokio::pin!(shutdown);
         let mut last_renewed: Option<Instant> = None;
         loop {
-            let attempt = self.try_acquire_or_renew().await;
+            // A try may not outlast what is left of the renew deadline (client-go gives it a context with that
+            // timeout): the client retries 429/503 for minutes on its own, and a leader stuck in such a try must
+            // still stop leading in time.
+            let budget = match last_renewed {
+                Some(at) => self.timings.renew_deadline.saturating_sub(at.elapsed()),
+                None => self.timings.renew_deadline,
+            };
+            let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
             let now = Instant::now();
             match attempt {
-                Ok(Attempt::Leading) => last_renewed = Some(now),
-                Ok(Attempt::HeldByOther) => last_renewed = None,
-                Err(ref error) => tracing::warn!(%error, "leader election: try failed"),
+                Ok(Ok(Attempt::Leading)) => last_renewed = Some(now),
+                Ok(Ok(Attempt::HeldByOther)) => last_renewed = None,
+                Ok(Err(error)) => tracing::warn!(%error, "leader election: try failed"),
+                Err(_) => tracing::warn!(?budget, "leader election: try timed out"),
             }
             // A leader that could not renew for the renew deadline stops leading: by the time others may take
             // over (lease duration after their last observation), it no longer acts.

@@ -1,6 +1,6 @@
 //! `GET /metrics` over HTTPS, for callers the API server vouches for: 401 without a token it authenticates, 403
-//! for a user RBAC does not allow `get` on `/metrics`, 500 when the reviews cannot be made (the scrape is refused,
-//! never answered unchecked).
+//! for a user RBAC does not allow `get` on `/metrics`, 500 when the reviews cannot be made and 503 when they take
+//! too long (the scrape is refused, never answered unchecked).
 
 use std::sync::Arc;
 
@@ -12,6 +12,9 @@ use axum::routing::get;
 
 use crate::access::{Access, METRICS_PATH, Verdict};
 use crate::metrics::Metrics;
+
+/// How long the TokenReview and SubjectAccessReview of one scrape may take together.
+pub const ACCESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Clone)]
 struct Scrape {
@@ -28,7 +31,14 @@ async fn scrape(State(state): State<Scrape>, headers: HeaderMap) -> Response {
     let Some(token) = bearer_token(&headers) else {
         return unauthorized("an Authorization: Bearer token is required");
     };
-    match state.access.check(token).await {
+    // Prometheus gives up on a scrape after its timeout (10 s by default); so does the check.
+    let checked = tokio::time::timeout(ACCESS_CHECK_TIMEOUT, state.access.check(token)).await;
+    let Ok(checked) = checked else {
+        let message = format!("cannot check access to {METRICS_PATH}: the reviews took over {ACCESS_CHECK_TIMEOUT:?}");
+        tracing::warn!(%message, "cannot check a metrics scrape");
+        return text(StatusCode::SERVICE_UNAVAILABLE, message);
+    };
+    match checked {
         Ok(Verdict::Allowed { .. }) => {
             let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
             ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()

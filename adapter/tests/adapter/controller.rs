@@ -76,6 +76,7 @@ fn cluster() -> FakeStore {
 
 struct Controller {
     store: FakeStore,
+    metrics: Arc<Metrics>,
     caches: Arc<Caches>,
     reconciler: Reconciler,
     leading: watch::Sender<bool>,
@@ -95,8 +96,8 @@ impl Controller {
         let recorder = Recorder::new(api.client.clone(), reporter);
         let writer = Writer::new(api.client.clone(), caches.view.clone(), recorder, metrics.clone());
         let (leading, following) = watch::channel(true);
-        let reconciler = Reconciler::new(caches.clone(), writer, metrics, following);
-        Controller { store, caches, reconciler, leading, _api: api }
+        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), following);
+        Controller { store, metrics, caches, reconciler, leading, _api: api }
     }
 
     /// Requests that changed something, events aside.
@@ -213,6 +214,27 @@ async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_i
         .collect();
     assert_eq!(usages.len(), 1, "the new claim's usage record is written");
     assert_eq!(usages[0]["metadata"]["ownerReferences"][0]["uid"], template["metadata"]["uid"]);
+
+    // The pod's event, and the figures the pass leaves.
+    let events: Vec<Value> = controller
+        .store
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST && r.path == "/apis/events.k8s.io/v1/namespaces/tenant-a/events")
+        .map(|r| r.body)
+        .collect();
+    let placed = events.iter().find(|e| e["regarding"]["name"] == "virt-launcher-trainer-x7k2p").unwrap();
+    assert_eq!(placed["reason"], "Placed");
+    assert_eq!(placed["type"], "Normal");
+    assert_eq!(placed["regarding"]["uid"], "uid-launcher-trainer");
+    assert_eq!(placed["reportingController"], "gpuclaim-controller");
+    let exposition = controller.metrics.encode();
+    // train-a and the template claim attached; infer-a released (its VMI is gone) and train-b, both kept bound.
+    let claims = ["{phase=\"Attached\"} 2", "{phase=\"Bound\"} 2", "{phase=\"Pending\"} 0"];
+    for line in claims.map(|c| format!("gpuclaim_claims{c}")).into_iter().chain(["gpuclaim_gated_pods 0".to_owned()]) {
+        assert!(exposition.contains(&format!("\n{line}\n")), "{line} missing from\n{exposition}");
+    }
+    assert!(exposition.contains("gpuclaim_writes_total{action=\"PinAndUngate\",result=\"ok\"} 1"), "{exposition}");
 
     // Read-your-writes: the view holds what was written, so the next pass writes nothing.
     let again = controller.reconciler.pass().await;

@@ -130,6 +130,20 @@ async fn a_leader_that_cannot_renew_stops_leading_within_the_renew_deadline() {
 }
 
 #[tokio::test]
+async fn a_leader_whose_renewals_hang_in_client_retries_still_stops_leading_in_time() {
+    let store = FakeStore::default();
+    let api = FakeApi::start(store.router()).await;
+    let mut a = Candidate::start(&api, "replica-a");
+    a.wait_leading(true, Duration::from_secs(2)).await;
+    // kube's client retries 503 with backoff for minutes; the try must be cut at the renew deadline.
+    store.set_failing(Some(StatusCode::SERVICE_UNAVAILABLE));
+    let outage = tokio::time::Instant::now();
+    a.wait_leading(false, Duration::from_secs(2)).await;
+    let took = outage.elapsed();
+    assert!(took < Duration::from_secs(1), "stopped leading after {took:?}, before the lease (1 s) could expire");
+}
+
+#[tokio::test]
 async fn renewing_keeps_the_acquire_time_and_a_conflict_is_no_lead() {
     let store = FakeStore::default();
     let api = FakeApi::start(store.router()).await;

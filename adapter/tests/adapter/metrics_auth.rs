@@ -203,3 +203,18 @@ async fn an_api_server_that_cannot_review_refuses_the_scrape_with_500() {
     assert!(text.starts_with("cannot check access to /metrics: failed to create a TokenReview: "), "{text}");
     assert!(text.contains("etcdserver: request timed out"), "{text}");
 }
+
+#[tokio::test]
+async fn reviews_that_do_not_come_back_in_time_refuse_the_scrape_with_503() {
+    // kube's client retries 503 for minutes; the scrape gives up after the check's timeout.
+    let overloaded = axum::Router::new().route(
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        post(|| async { (StatusCode::SERVICE_UNAVAILABLE, "overloaded").into_response() }),
+    );
+    let server = MetricsServer::start(Some(overloaded), VERDICT_TTL).await;
+    let started = std::time::Instant::now();
+    let reply = server.scrape(Some("reader-token")).await;
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.text(), "cannot check access to /metrics: the reviews took over 5s\n");
+    assert!(started.elapsed() < Duration::from_secs(8), "answered after {:?}", started.elapsed());
+}
