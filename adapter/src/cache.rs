@@ -33,6 +33,7 @@ pub enum CacheKind {
     Claims,
     Usages,
     Pods,
+    OtherPods,
     Vmis,
     Nodes,
     Quotas,
@@ -41,11 +42,12 @@ pub enum CacheKind {
 }
 
 impl CacheKind {
-    pub const ALL: [CacheKind; 9] = [
+    pub const ALL: [CacheKind; 10] = [
         CacheKind::Classes,
         CacheKind::Claims,
         CacheKind::Usages,
         CacheKind::Pods,
+        CacheKind::OtherPods,
         CacheKind::Vmis,
         CacheKind::Nodes,
         CacheKind::Quotas,
@@ -67,7 +69,8 @@ impl CacheKind {
             CacheKind::Classes => "gpuclasses",
             CacheKind::Claims => "gpuclaims",
             CacheKind::Usages => "gpuusages",
-            CacheKind::Pods => "pods",
+            CacheKind::Pods => "pods with claims",
+            CacheKind::OtherPods => "other bound pods",
             CacheKind::Vmis => "virtualmachineinstances",
             CacheKind::Nodes => "nodes",
             CacheKind::Quotas => "resourcequotas",
@@ -144,6 +147,10 @@ impl Caches {
         controller_namespace: &str,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let claims_pods = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_CLAIMS, keys::TRUE));
+        // Pods on nodes that still hold resources: what else takes devices, CPU and memory where claims go.
+        let other_pods = watcher::Config::default()
+            .fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+            .labels(&format!("{}!={}", keys::LABEL_CLAIMS, keys::TRUE));
         let settings = watcher::Config::default().fields(&format!("metadata.name={}", keys::SETTINGS_CONFIGMAP));
         let (group, version) = keys::kubevirt::API_VERSION.split_once('/').expect("kubevirt.io/v1 has a group");
         let vmi = ApiResource::from_gvk_with_plural(
@@ -156,6 +163,7 @@ impl Caches {
             tokio::spawn(watch_kind(Api::<GPUClaim>::all(client.clone()), all(), self.clone())),
             tokio::spawn(watch_kind(Api::<GPUUsage>::all(client.clone()), all(), self.clone())),
             tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), claims_pods, self.clone())),
+            tokio::spawn(watch_kind(Api::<OtherPod>::all(client.clone()), other_pods, self.clone())),
             tokio::spawn(watch_kind(Api::<DynamicObject>::all_with(client.clone(), &vmi), all(), self.clone())),
             tokio::spawn(watch_kind(Api::<Node>::all(client.clone()), all(), self.clone())),
             tokio::spawn(watch_kind(Api::<ResourceQuota>::all(client.clone()), all(), self.clone())),
@@ -248,7 +256,59 @@ impl Cached for Pod {
         view.remove_pod(namespace, name);
     }
     fn view_keys(view: &View) -> Vec<Key> {
-        view.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect()
+        view.pods().filter(|p| is_claims_pod(&p.labels)).map(|p| (p.namespace.clone(), p.name.clone())).collect()
+    }
+}
+
+/// A pod without the claims label, bound to a node: a raw-GPU VM's launcher, or any other workload. The engine
+/// counts its devices, CPU and memory where it runs. The two pod watches split pods by the claims label, so each pod
+/// has one owner in the view; a claims pod that reaches this watch anyway is left to the other.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(transparent)]
+pub struct OtherPod(pub Pod);
+
+impl Resource for OtherPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::plural(dt)
+    }
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+fn is_claims_pod(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.get(keys::LABEL_CLAIMS).map(String::as_str) == Some(keys::TRUE)
+}
+
+impl Cached for OtherPod {
+    const KIND: CacheKind = CacheKind::OtherPods;
+    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
+        if is_claims_pod(self.0.labels()) {
+            return Ok(());
+        }
+        self.0.upsert(view, changes)
+    }
+    fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
+        if view.pod(namespace, name).is_some_and(|pod| !is_claims_pod(&pod.labels)) {
+            Pod::remove(&(namespace.clone(), name.clone()), view, changes);
+        }
+    }
+    fn view_keys(view: &View) -> Vec<Key> {
+        view.pods().filter(|p| !is_claims_pod(&p.labels)).map(|p| (p.namespace.clone(), p.name.clone())).collect()
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
-use gpuclaim_adapter::cache::Caches;
+use gpuclaim_adapter::cache::{CacheKind, Caches};
 use gpuclaim_adapter::metrics::Metrics;
 use gpuclaim_adapter::reconciler::{FAILURE_BACKOFF_MAX, PassOutcome, Reconciler, backoff};
 use gpuclaim_adapter::writer::{WriteError, Writer};
@@ -90,7 +90,10 @@ impl Controller {
         let caches = Caches::new(Arc::new(RwLock::new(View::default())));
         caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
         let mut synced = caches.synced();
-        tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == 9)).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
+            .await
+            .unwrap()
+            .unwrap();
         let metrics = Arc::new(Metrics::new());
         let reporter = Reporter { controller: "gpuclaim-controller".to_owned(), instance: Some("test".to_owned()) };
         let recorder = Recorder::new(api.client.clone(), reporter);
@@ -143,7 +146,10 @@ async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the
 
     caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
     let mut synced = caches.synced();
-    tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == 9)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(get("/readyz").await, (200, "ok\n".to_owned()));
 
     let view = caches.view.read().unwrap();
@@ -288,4 +294,35 @@ async fn a_replica_that_does_not_lead_writes_nothing() {
     let outcome = controller.reconciler.pass().await;
     assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
     assert!(controller.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
+    let store = cluster();
+    // A raw-GPU VM's launcher holding all eight H100s of gpu-h100-1, where train-a (held) fixes the trainer's node.
+    let mut raw =
+        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
+    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
+    raw["metadata"]["uid"] = json!("uid-raw-gpu");
+    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
+    raw["spec"]["nodeName"] = json!("gpu-h100-1");
+    raw["status"] = json!({"phase": "Running"});
+    store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+
+    let mut controller = Controller::start(store).await;
+    assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_some());
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::Done { .. }), "{outcome:?}");
+    let pod = controller.store.get(POD).unwrap();
+    assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "not pinned to a full node");
+    let waiting = &pod["status"]["conditions"][0];
+    assert_eq!(
+        (waiting["type"].as_str(), waiting["status"].as_str()),
+        (Some(keys::CONDITION_PLACEMENT), Some("False"))
+    );
+    assert_eq!(waiting["reason"], "NodeUnfit", "{waiting}");
+    assert_eq!(
+        waiting["message"],
+        "node \"gpu-h100-1\" holds the claims but cannot take the pod: fewer than the 2 units of h100 it needs are free"
+    );
 }

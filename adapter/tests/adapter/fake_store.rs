@@ -1,7 +1,7 @@
 //! A fake API server that stores objects: GET, POST, PUT, merge PATCH and DELETE on paths of the Kubernetes REST
 //! layout, with resourceVersion preconditions and the API server's Status bodies (404 NotFound, 409 Conflict and
-//! AlreadyExists). Every request is recorded, so tests can assert what was sent. A collection GET lists (selectors
-//! ignored); a watch stays open and sends nothing, so caches see exactly the listed state plus their own writes.
+//! AlreadyExists). Every request is recorded, so tests can assert what was sent. A collection GET lists (label
+//! selectors of `k=v` and `k!=v` terms honoured, field selectors ignored); a watch stays open and sends nothing, so caches see exactly the listed state plus their own writes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -101,8 +101,13 @@ async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
         Method::GET => match objects.objects.get(&key) {
             Some(object) => Json(object.clone()).into_response(),
             None if is_collection(&path) => {
-                let items: Vec<Value> =
-                    objects.objects.iter().filter(|(k, _)| in_collection(k, &path)).map(|(_, v)| v.clone()).collect();
+                let selector = label_selector(&query);
+                let items: Vec<Value> = objects
+                    .objects
+                    .iter()
+                    .filter(|(k, v)| in_collection(k, &path) && selector.iter().all(|s| s.matches(v)))
+                    .map(|(_, v)| v.clone())
+                    .collect();
                 let version = objects.resource_version.to_string();
                 Json(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
                     .into_response()
@@ -169,6 +174,60 @@ fn is_collection(path: &str) -> bool {
         _ => return false,
     };
     matches!(rest, [_] | ["namespaces", _, _])
+}
+
+/// One term of a label selector: `key=value` or `key!=value` (field selectors are ignored).
+struct LabelTerm {
+    key: String,
+    value: String,
+    equal: bool,
+}
+
+impl LabelTerm {
+    fn matches(&self, object: &Value) -> bool {
+        let value = object["metadata"]["labels"][&self.key].as_str();
+        (value == Some(self.value.as_str())) == self.equal
+    }
+}
+
+fn label_selector(query: &str) -> Vec<LabelTerm> {
+    let Some(encoded) = query.split('&').find_map(|pair| pair.strip_prefix("labelSelector=")) else {
+        return Vec::new();
+    };
+    percent_decode(encoded)
+        .split(',')
+        .filter_map(|term| match term.split_once("!=") {
+            Some((key, value)) => Some(LabelTerm { key: key.to_owned(), value: value.to_owned(), equal: false }),
+            None => term.split_once('=').map(|(key, value)| LabelTerm {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                equal: true,
+            }),
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
 }
 
 /// Whether the object at `key` belongs to the collection at `path`, which may span all namespaces.
