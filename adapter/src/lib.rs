@@ -3,7 +3,9 @@
 //!
 //! It owns the I/O the engine must not do: the HTTPS server for the three admission webhooks (each answering with
 //! [`gpuclaim_engine::review::answer_review`], the path `gpuclaim review` takes), the serving certificate and its
-//! rotation, and the metrics with their access checks (TokenReview, SubjectAccessReview).
+//! rotation, the metrics with their access checks (TokenReview, SubjectAccessReview), the caches that fill the
+//! engine's view, leader election, and the reconciler that writes the engine's actions. [`run::run`] starts them
+//! all; docs/adapter.md says what each does and why.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
