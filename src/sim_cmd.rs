@@ -56,6 +56,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             "events_per_second": events as f64 / wall_seconds.max(1e-9),
             "event_log_sha256": world.log_hash(),
             "vm_starts": world.vm_starts(),
+            "controller_passes": world.stats().controller_passes,
+            "refusals": world.stats().refusals,
         });
         println!("{stats}");
     }

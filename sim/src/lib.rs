@@ -20,6 +20,8 @@
 //! ```
 
 pub mod apiserver;
+pub mod gpu_controller;
+pub mod import;
 pub mod kernel;
 pub mod kubevirt;
 pub mod launcher;
@@ -27,4 +29,5 @@ pub mod log;
 pub mod rng;
 pub mod scenario;
 pub mod scheduler;
+pub mod scheduling_queue;
 pub mod world;

@@ -1,5 +1,7 @@
-//! Scenario files (YAML): the cluster (classes, node groups, tenants), the workloads (VM arrivals with lifetimes)
-//! and timed VMs, the duration and the seed. Loading builds the world; bad input names the field and the reason.
+//! Scenario files (YAML): the cluster (classes, node groups, tenants), the workloads (VM arrivals with lifetimes,
+//! with claim templates or with held claims the tenant orders first), timed VMs, timed cluster events (nodes added,
+//! cordoned; the webhook's replicas), the duration and the seed. Loading builds the world; bad input names the field
+//! and the reason.
 //!
 //! ```yaml
 //! name: small
@@ -18,7 +20,7 @@ use std::collections::BTreeMap;
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
-use gpuclaim_engine::references::GpuEntry;
+use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use rand::RngExt;
 use serde::Deserialize;
@@ -26,7 +28,7 @@ use serde::Deserialize;
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
-use crate::world::{Event, Timing, VmSpec, World, WorldError};
+use crate::world::{DeploymentSpec, Event, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
 
 /// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
 pub const NODES_MAX: u32 = 1_000_000;
@@ -47,6 +49,12 @@ pub struct Scenario {
     pub workloads: Vec<Workload>,
     #[serde(default)]
     pub vms: Vec<TimedVm>,
+    /// Cluster events at given times.
+    #[serde(default)]
+    pub events: Vec<TimedEvent>,
+    /// The GPU controller's Deployment (default: 2 replicas, 2 s cache sync, 10 s restart).
+    #[serde(default)]
+    pub controller: Option<ControllerSpec>,
 }
 
 /// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
@@ -60,19 +68,33 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
+/// A duration as Go writes them: one or more `<integer><unit>` parts (`90s`, `6h10m`, `1500ms`).
 fn parse_duration(text: &str) -> Result<Millis, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let value: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 6h or 30d"))?;
-    let scale = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{text:?} has no unit (ms, s, m, h or d)")),
-    };
-    value.checked_mul(scale).map(Millis).ok_or_else(|| format!("{text:?} is too long"))
+    let mut rest = text;
+    let mut total = 0u64;
+    if rest.is_empty() {
+        return Err(format!("{text:?} is not a duration like 90s, 15m, 6h10m or 30d"));
+    }
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let (digits, tail) = rest.split_at(split);
+        let value: u64 =
+            digits.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 6h10m or 30d"))?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(format!("{text:?} has no unit (ms, s, m, h or d)")),
+        };
+        let part = value.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))?;
+        total = total.checked_add(part).ok_or_else(|| format!("{text:?} is too long"))?;
+        rest = next;
+    }
+    Ok(Millis(total))
 }
 
 #[derive(Debug, Deserialize)]
@@ -141,9 +163,67 @@ pub struct Workload {
     pub prefix: String,
     pub arrivals_per_hour: f64,
     pub mean_lifetime: Duration,
+    /// The VMs' `gpus` (raw names or references); empty when the workload orders held claims.
+    #[serde(default)]
     pub gpus: Vec<GpuEntry>,
+    /// Each VM's tenant orders a held claim like this first (through the order webhook) and the VM uses it; the
+    /// claim is deleted when the VM is gone. A refused order creates no VM.
+    #[serde(default)]
+    pub held_claim: Option<ClaimTemplate>,
     pub cpu: String,
     pub memory: String,
+}
+
+/// Something that happens to the cluster at a given time: exactly one of the optional fields.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimedEvent {
+    pub at: Duration,
+    /// Nodes join (named `<prefix><nnnn>`, numbered on from 0 like the cluster's groups: use a new prefix).
+    #[serde(default)]
+    pub add_nodes: Option<NodeGroup>,
+    #[serde(default)]
+    pub cordon: Option<String>,
+    #[serde(default)]
+    pub uncordon: Option<String>,
+    /// The webhook Service's ready replicas (0: an outage; creates the webhooks select are refused).
+    #[serde(default)]
+    pub webhook_replicas: Option<u32>,
+    /// `<namespace>/<vm>`: something deletes the VM's launcher pod.
+    #[serde(default)]
+    pub delete_launcher: Option<String>,
+    /// A node's kubelet goes silent (NotReady after the grace period, its pods evicted 300 s later).
+    #[serde(default)]
+    pub node_lost: Option<String>,
+    /// A silent node's kubelet posts status again.
+    #[serde(default)]
+    pub node_recovered: Option<String>,
+    /// `<namespace>/<vm>`: a user live-migrates the VM's VMI.
+    #[serde(default)]
+    pub migrate: Option<String>,
+    /// `kubectl drain <node>`: cordon, evacuate the VMIs by live migration, evict the controller's replicas within
+    /// their PodDisruptionBudget.
+    #[serde(default)]
+    pub drain: Option<String>,
+    /// The GPU controller replica of this index crashes (its kubelet restarts it).
+    #[serde(default)]
+    pub controller_crash: Option<usize>,
+}
+
+/// The GPU controller's Deployment in a scenario.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerSpec {
+    #[serde(default = "two")]
+    pub replicas: u32,
+    #[serde(default)]
+    pub cache_sync: Option<Duration>,
+    #[serde(default)]
+    pub restart_after: Option<Duration>,
+}
+
+fn two() -> u32 {
+    2
 }
 
 /// One VM created at a given time.
@@ -189,6 +269,16 @@ impl Scenario {
     pub fn build(&self, seed: u64, log: EventLog) -> Result<World, ScenarioError> {
         let mut world = World::new(seed, self.store()?, Timing::default(), log);
         world.claims_enabled = self.cluster.claims_enabled;
+        if let Some(controller) = &self.controller {
+            let mut spec = DeploymentSpec { replicas: controller.replicas, ..DeploymentSpec::default() };
+            if let Some(sync) = &controller.cache_sync {
+                spec.cache_sync = sync.0;
+            }
+            if let Some(restart) = &controller.restart_after {
+                spec.restart_after = restart.0;
+            }
+            world.deploy_controller(spec);
+        }
         if self.workloads.len() > WORKLOADS_MAX {
             return Err(invalid("workloads", format!("more than {WORKLOADS_MAX}")));
         }
@@ -197,14 +287,67 @@ impl Scenario {
             if !(workload.arrivals_per_hour > 0.0 && workload.arrivals_per_hour.is_finite()) {
                 return Err(invalid(format!("{field}.arrivalsPerHour"), "must be a positive number"));
             }
+            if workload.gpus.is_empty() == workload.held_claim.is_none() {
+                return Err(invalid(field, "give exactly one of gpus and heldClaim"));
+            }
             let template =
                 vm_spec(&workload.tenant, &workload.prefix, &workload.gpus, &workload.cpu, &workload.memory, &field)?;
-            world.add_workload(template, workload.arrivals_per_hour, workload.mean_lifetime.0)?;
+            let mut generator = WorldWorkload::new(template, workload.arrivals_per_hour, workload.mean_lifetime.0);
+            if let Some(order) = &workload.held_claim {
+                generator = generator.ordering(order.clone());
+            }
+            world.add_workload(generator)?;
         }
         for (index, vm) in self.vms.iter().enumerate() {
             let mut spec = vm_spec(&vm.tenant, &vm.name, &vm.gpus, &vm.cpu, &vm.memory, &format!("vms[{index}]"))?;
             spec.lifetime = vm.lifetime.map(|d| d.0);
             world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
+        }
+        for (index, timed) in self.events.iter().enumerate() {
+            let field = format!("events[{index}]");
+            let given = [
+                timed.add_nodes.is_some(),
+                timed.cordon.is_some(),
+                timed.uncordon.is_some(),
+                timed.webhook_replicas.is_some(),
+                timed.delete_launcher.is_some(),
+                timed.node_lost.is_some(),
+                timed.node_recovered.is_some(),
+                timed.migrate.is_some(),
+                timed.drain.is_some(),
+                timed.controller_crash.is_some(),
+            ];
+            if given.iter().filter(|given| **given).count() != 1 {
+                return Err(invalid(
+                    field,
+                    "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost, \
+                     nodeRecovered, migrate, drain and controllerCrash",
+                ));
+            }
+            let event = if let Some(group) = &timed.add_nodes {
+                Event::AddNodes(nodes_of(group, &format!("{field}.addNodes"))?)
+            } else if let Some(node) = &timed.cordon {
+                Event::Cordon { node: node.clone(), cordoned: true }
+            } else if let Some(node) = &timed.uncordon {
+                Event::Cordon { node: node.clone(), cordoned: false }
+            } else if let Some(vm) = &timed.delete_launcher {
+                let (namespace, vm) = namespaced(vm, &format!("{field}.deleteLauncher"))?;
+                Event::DeleteLauncher { namespace, vm }
+            } else if let Some(vm) = &timed.migrate {
+                let (namespace, vmi) = namespaced(vm, &format!("{field}.migrate"))?;
+                Event::Migrate { namespace, vmi }
+            } else if let Some(node) = &timed.drain {
+                Event::Drain { node: node.clone() }
+            } else if let Some(index) = timed.controller_crash {
+                Event::ControllerCrash { index }
+            } else if let Some(node) = &timed.node_lost {
+                Event::NodeLost { node: node.clone() }
+            } else if let Some(node) = &timed.node_recovered {
+                Event::NodeRecovered { node: node.clone() }
+            } else {
+                Event::SetWebhookReplicas(timed.webhook_replicas.expect("one is given"))
+            };
+            world.schedule_at(timed.at.0, event)?;
         }
         Ok(world)
     }
@@ -229,31 +372,8 @@ impl Scenario {
             return Err(invalid("cluster.nodes", format!("more than {NODES_MAX} nodes in all")));
         }
         for (index, group) in self.cluster.nodes.iter().enumerate() {
-            let field = format!("cluster.nodes[{index}]");
-            let cpu_millis =
-                quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
-            let memory_bytes =
-                quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
-            for n in 0..group.count {
-                let name = format!("{}{n:04}", group.prefix);
-                let mut labels = group.labels.clone();
-                labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
-                labels.insert(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned());
-                let mut devices = group.devices.clone();
-                for plugin in DEVICE_PLUGINS {
-                    devices.entry(plugin.to_owned()).or_insert(1_000);
-                }
-                store.upsert_node(Node {
-                    name,
-                    resource_version: "1".to_owned(),
-                    labels,
-                    taints: group.taints.clone(),
-                    unschedulable: false,
-                    ready: true,
-                    cpu_millis,
-                    memory_bytes,
-                    devices,
-                });
+            for node in nodes_of(group, &format!("cluster.nodes[{index}]"))? {
+                store.upsert_node(node);
             }
         }
         for tenant in &self.cluster.tenants {
@@ -264,6 +384,46 @@ impl Scenario {
         }
         Ok(store)
     }
+}
+
+/// `<namespace>/<name>`, split.
+fn namespaced(text: &str, field: &str) -> Result<(String, String), ScenarioError> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(invalid(field, format!("{text:?} is not <namespace>/<name>"))),
+    }
+}
+
+/// The nodes of a group: `<prefix><nnnn>`, schedulable for KubeVirt, with the device plugins KubeVirt's own
+/// resources come from.
+fn nodes_of(group: &NodeGroup, field: &str) -> Result<Vec<Node>, ScenarioError> {
+    let cpu_millis = quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
+    let memory_bytes = quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
+    let mut devices = group.devices.clone();
+    for plugin in DEVICE_PLUGINS {
+        devices.entry(plugin.to_owned()).or_insert(1_000);
+    }
+    Ok((0..group.count)
+        .map(|n| {
+            let name = format!("{}{n:04}", group.prefix);
+            let mut labels = group.labels.clone();
+            labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
+            labels.insert(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned());
+            Node {
+                name,
+                resource_version: "1".to_owned(),
+                labels,
+                taints: group.taints.clone(),
+                unschedulable: false,
+                ready: true,
+                cpu_millis,
+                memory_bytes,
+                devices: devices.clone(),
+            }
+        })
+        .collect())
 }
 
 fn vm_spec(
@@ -303,6 +463,9 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Millis(90_000)));
         assert_eq!(parse_duration("30d"), Ok(Millis(2_592_000_000)));
         assert_eq!(parse_duration("1500ms"), Ok(Millis(1_500)));
+        assert_eq!(parse_duration("6h10m"), Ok(Millis(22_200_000)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("6h10").unwrap_err().contains("no unit"));
         assert!(parse_duration("6").unwrap_err().contains("no unit"));
         assert!(parse_duration("h").is_err());
     }

@@ -63,6 +63,8 @@ pub enum Misfit {
     Taint { key: String, value: Option<String>, effect: String },
     /// NodeResourcesFit.
     Insufficient { resource: String },
+    /// InterPodAffinity: a pod the anti-affinity terms select runs there.
+    AntiAffinity,
 }
 
 impl fmt::Display for Misfit {
@@ -75,12 +77,14 @@ impl fmt::Display for Misfit {
                 write!(f, "node(s) had untolerated taint {{{key}: {}}}", value.as_deref().unwrap_or_default())
             }
             Misfit::Insufficient { resource } => write!(f, "Insufficient {resource}"),
+            Misfit::AntiAffinity => write!(f, "node(s) didn't match pod anti-affinity rules"),
         }
     }
 }
 
-/// Runs the filters in kube-scheduler's order; the first that fails names the misfit.
-pub fn filter(pod: &Pod, node: &Node, requested: &Requested) -> Result<(), Misfit> {
+/// Runs the filters in kube-scheduler's order; the first that fails names the misfit. `avoided` says whether a
+/// pod the pod's required anti-affinity selects runs on the node (InterPodAffinity, the last filter).
+pub fn filter(pod: &Pod, node: &Node, requested: &Requested, avoided: bool) -> Result<(), Misfit> {
     if node.unschedulable {
         return Err(Misfit::Cordoned);
     }
@@ -107,6 +111,9 @@ pub fn filter(pod: &Pod, node: &Node, requested: &Requested) -> Result<(), Misfi
             return Err(Misfit::Insufficient { resource: resource.clone() });
         }
     }
+    if avoided {
+        return Err(Misfit::AntiAffinity);
+    }
     Ok(())
 }
 
@@ -118,10 +125,12 @@ pub struct Unschedulable {
 
 /// Picks a node for `pod`: every node is filtered; among those that fit, the least requested (CPU and memory
 /// shares averaged, as NodeResourcesFit's LeastAllocated scores) wins, ties broken at random from the scheduler's
-/// stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled.
+/// stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled. `avoid` names the nodes
+/// where a pod the pod's required anti-affinity selects runs.
 pub fn schedule<'n>(
     pod: &Pod,
     nodes: impl Iterator<Item = (&'n Node, &'n Requested)>,
+    avoid: impl Fn(&str) -> bool,
     rng: &mut ChaCha8Rng,
 ) -> Result<&'n str, Unschedulable> {
     if !pod.scheduling_gates.is_empty() {
@@ -133,7 +142,7 @@ pub fn schedule<'n>(
     let mut ties = 0u32;
     for (node, requested) in nodes {
         total += 1;
-        match filter(pod, node, requested) {
+        match filter(pod, node, requested, avoid(&node.name)) {
             Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
             Ok(()) => {
                 let score = free_share(pod, node, requested);
@@ -176,7 +185,7 @@ pub fn schedule_pinned<'n>(
         misfits.insert(Misfit::Selector, others);
     }
     if let Some((node, requested)) = pinned {
-        match filter(pod, node, requested) {
+        match filter(pod, node, requested, false) {
             Ok(()) => return Ok(node.name.as_str()),
             Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
         }
@@ -230,24 +239,29 @@ mod tests {
         let pod = launcher(2);
         let node = gpu_node("gpu-1", H100, 2);
         let idle = Requested::default();
-        assert_eq!(filter(&pod, &node, &idle), Ok(()));
+        assert_eq!(filter(&pod, &node, &idle, false), Ok(()));
         let mut busy = Requested::default();
         busy.devices.insert(H100.to_owned(), 1);
-        assert_eq!(filter(&pod, &node, &busy), Err(Misfit::Insufficient { resource: H100.to_owned() }));
+        assert_eq!(filter(&pod, &node, &busy, false), Err(Misfit::Insufficient { resource: H100.to_owned() }));
         let mut untolerated = pod.clone();
         untolerated.tolerations.clear();
         assert_eq!(
-            filter(&untolerated, &node, &idle).unwrap_err().to_string(),
+            filter(&untolerated, &node, &idle, false).unwrap_err().to_string(),
             format!("node(s) had untolerated taint {{{H100}: }}")
         );
         let mut elsewhere = pod.clone();
         elsewhere.node_selector.insert("zone".into(), "b".into());
-        assert_eq!(filter(&elsewhere, &node, &idle), Err(Misfit::Selector));
+        assert_eq!(filter(&elsewhere, &node, &idle, false), Err(Misfit::Selector));
         let mut cordoned = node.clone();
         cordoned.unschedulable = true;
-        assert_eq!(filter(&pod, &cordoned, &idle), Err(Misfit::Cordoned));
+        assert_eq!(filter(&pod, &cordoned, &idle, false), Err(Misfit::Cordoned));
         let cpu = Requested { cpu_millis: node.cpu_millis, ..Requested::default() };
-        assert_eq!(filter(&pod, &node, &cpu), Err(Misfit::Insufficient { resource: "cpu".into() }));
+        assert_eq!(filter(&pod, &node, &cpu, false), Err(Misfit::Insufficient { resource: "cpu".into() }));
+        let avoided = filter(&pod, &node, &idle, true).unwrap_err();
+        assert_eq!(
+            (avoided.clone(), avoided.to_string()),
+            (Misfit::AntiAffinity, "node(s) didn't match pod anti-affinity rules".into())
+        );
     }
 
     #[test]
@@ -256,7 +270,7 @@ mod tests {
         let nodes = [gpu_node("gpu-1", H100, 2), gpu_node("gpu-2", H100, 2), gpu_node("cpu-1", "none", 0)];
         let requested = Requested::default();
         let mut rng = actor_stream(1, "scheduler");
-        let verdict = schedule(&pod, nodes.iter().map(|n| (n, &requested)), &mut rng).unwrap_err();
+        let verdict = schedule(&pod, nodes.iter().map(|n| (n, &requested)), |_| false, &mut rng).unwrap_err();
         assert_eq!(
             verdict.message,
             format!("0/3 nodes are available: 1 node(s) had untolerated taint {{none: }}, 2 Insufficient {H100}.")
@@ -273,15 +287,19 @@ mod tests {
         let mut picks = BTreeMap::new();
         let mut rng = actor_stream(3, "scheduler");
         for _ in 0..200 {
-            let node = schedule(&pod, nodes.iter().zip(loads), &mut rng).unwrap();
+            let node = schedule(&pod, nodes.iter().zip(loads), |_| false, &mut rng).unwrap();
             *picks.entry(node).or_insert(0) += 1;
         }
         assert!(!picks.contains_key("gpu-1"), "the loaded node loses");
         assert!(picks["gpu-2"] > 60 && picks["gpu-3"] > 60, "ties split: {picks:?}");
         let mut again = actor_stream(3, "scheduler");
-        let first = schedule(&pod, nodes.iter().zip(loads), &mut again).unwrap();
+        let first = schedule(&pod, nodes.iter().zip(loads), |_| false, &mut again).unwrap();
         let mut replay = actor_stream(3, "scheduler");
-        assert_eq!(schedule(&pod, nodes.iter().zip(loads), &mut replay).unwrap(), first, "same stream, same pick");
+        assert_eq!(
+            schedule(&pod, nodes.iter().zip(loads), |_| false, &mut replay).unwrap(),
+            first,
+            "same stream, same pick"
+        );
     }
 
     #[test]
@@ -290,7 +308,8 @@ mod tests {
         pod.scheduling_gates.push("gpu.cozystack.io/placement".into());
         let node = gpu_node("gpu-1", H100, 8);
         let idle = Requested::default();
-        let verdict = schedule(&pod, std::iter::once((&node, &idle)), &mut actor_stream(1, "scheduler")).unwrap_err();
+        let verdict =
+            schedule(&pod, std::iter::once((&node, &idle)), |_| false, &mut actor_stream(1, "scheduler")).unwrap_err();
         assert_eq!(verdict.message, MESSAGE_SCHEDULING_GATED);
     }
 }

@@ -51,7 +51,7 @@ fn run(seed: u64) -> (World, String) {
 #[test]
 fn a_vm_with_a_claim_template_runs_on_the_node_its_claim_is_bound_to() {
     let (world, log) = run(1);
-    let store = &world.store;
+    let store = world.store();
     let vmi = store.vmi("tenant-a", "trainer").expect("the VMI exists");
     assert_eq!(vmi.phase, VmiPhase::Running, "log:\n{log}");
     let claim = store.claim("tenant-a", "trainer-gpu-0").expect("the template claim exists");
@@ -102,15 +102,15 @@ fn a_stopped_vm_gives_its_units_to_the_vm_waiting_for_them() {
     world.schedule_at(Millis::seconds(1), Event::CreateVm(vm("first", 8, Some(60)))).unwrap();
     world.schedule_at(Millis::seconds(2), Event::CreateVm(vm("second", 8, None))).unwrap();
     world.run(Millis::seconds(30), 10_000).unwrap();
-    assert_eq!(world.store.vmi("tenant-a", "first").unwrap().phase, VmiPhase::Running);
-    let second = world.store.vmi_pods("tenant-a", "second").next().unwrap();
+    assert_eq!(world.store().vmi("tenant-a", "first").unwrap().phase, VmiPhase::Running);
+    let second = world.store().vmi_pods("tenant-a", "second").next().unwrap();
     assert_eq!(second.waiting.as_ref().unwrap().reason, "NoCapacity", "8 units on one node are taken");
     world.run(Millis::seconds(120), 10_000).unwrap();
-    assert!(world.store.vmi("tenant-a", "first").is_none(), "stopped and deleted");
-    assert!(world.store.claim("tenant-a", "first-gpu-0").is_none(), "its template claim went with it");
-    assert_eq!(world.store.vmi("tenant-a", "second").unwrap().phase, VmiPhase::Running);
-    assert_eq!(world.store.claim("tenant-a", "second-gpu-0").unwrap().node.as_deref(), Some("gpu-1"));
+    assert!(world.store().vmi("tenant-a", "first").is_none(), "stopped and deleted");
+    assert!(world.store().claim("tenant-a", "first-gpu-0").is_none(), "its template claim went with it");
+    assert_eq!(world.store().vmi("tenant-a", "second").unwrap().phase, VmiPhase::Running);
+    assert_eq!(world.store().claim("tenant-a", "second-gpu-0").unwrap().node.as_deref(), Some("gpu-1"));
     assert_eq!(world.vm_starts(), 2);
-    let closed: Vec<_> = world.store.usages().filter(|u| u.claim == "first-gpu-0").map(|u| u.end.is_some()).collect();
+    let closed: Vec<_> = world.store().usages().filter(|u| u.claim == "first-gpu-0").map(|u| u.end.is_some()).collect();
     assert!(closed.is_empty() || closed == [true], "the record closed (or went with its claim)");
 }

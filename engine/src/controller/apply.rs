@@ -33,45 +33,30 @@ pub fn apply(view: &mut View, actions: &[Action], now: Time) -> Result<(), Confl
 
 fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict> {
     match action {
-        Action::CreateClaim { claim, class, count, owner, status } => {
+        Action::CreateClaim { claim, .. } => {
             if view.claim(&claim.namespace, &claim.name).is_some() {
                 return Err(conflict("GPUClaim", claim, "already exists"));
             }
-            view.upsert_claim(Claim {
-                namespace: claim.namespace.clone(),
-                name: claim.name.clone(),
-                uid: format!("uid-{}-{}", claim.namespace, claim.name),
-                resource_version: "2".to_owned(),
-                created: now,
-                class: class.clone(),
-                count: *count,
-                template: true,
-                owner_vmi: Some(owner.clone()),
-                phase: status.phase,
-                node: status.node.clone(),
-                attached_to: status.attached_to.clone(),
-                pending: status.pending.clone(),
-                finalizer: true,
-                deleting: false,
-            });
+            view.upsert_claim(created_claim(action, now).expect("a CreateClaim creates a claim"));
         }
         Action::UpdateClaim { claim: key, precondition, finalizer, status } => {
-            let mut claim = claimed(view, key, precondition)?;
-            if let Some(finalizer) = finalizer {
-                claim.finalizer = *finalizer;
-            }
-            if let Some(status) = status {
-                claim.phase = status.phase;
-                claim.node = status.node.clone();
-                claim.attached_to = status.attached_to.clone();
-                claim.pending = status.pending.clone();
-            }
-            claim.resource_version = bump(&claim.resource_version);
-            if claim.deleting && !claim.finalizer {
+            let claim = claimed(view, key, precondition)?;
+            if claim.deleting && *finalizer == Some(false) {
                 view.remove_claim(&key.namespace, &key.name);
-            } else {
-                view.upsert_claim(claim);
+                return Ok(());
             }
+            view.edit_claim(&key.namespace, &key.name, |claim| {
+                if let Some(finalizer) = finalizer {
+                    claim.finalizer = *finalizer;
+                }
+                if let Some(status) = status {
+                    claim.phase = status.phase;
+                    claim.node.clone_from(&status.node);
+                    claim.attached_to.clone_from(&status.attached_to);
+                    claim.pending.clone_from(&status.pending);
+                }
+                claim.resource_version = bump(&claim.resource_version);
+            });
         }
         Action::DeleteClaim { claim: key, uid } => {
             let Some(mut claim) = view.claim(&key.namespace, &key.name).cloned() else {
@@ -100,28 +85,31 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
             view.upsert_usage(usage);
         }
         Action::CloseUsage { usage: key, precondition, end } => {
-            let Some(mut usage) = view.usage(&key.namespace, &key.name).cloned() else {
+            let Some(usage) = view.usage(&key.namespace, &key.name) else {
                 return Err(conflict("GPUUsage", key, "not found"));
             };
             if usage.resource_version != *precondition {
                 return Err(conflict("GPUUsage", key, "resourceVersion changed"));
             }
-            usage.end = Some(*end);
-            usage.resource_version = bump(&usage.resource_version);
-            view.upsert_usage(usage);
+            view.edit_usage(&key.namespace, &key.name, |usage| {
+                usage.end = Some(*end);
+                usage.resource_version = bump(&usage.resource_version);
+            });
         }
         Action::PinAndUngate { pod: key, precondition, terms, .. } => {
-            let mut pod = pod_at(view, key, precondition)?;
-            pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
-            pod.required_terms = Some(terms.clone());
-            pod.resource_version = bump(&pod.resource_version);
-            view.upsert_pod(pod);
+            pod_at(view, key, precondition)?;
+            view.edit_pod(&key.namespace, &key.name, |pod| {
+                pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
+                pod.required_terms = Some(terms.clone());
+                pod.resource_version = bump(&pod.resource_version);
+            });
         }
         Action::SetPodWaiting { pod: key, precondition, waiting } => {
-            let mut pod = pod_at(view, key, precondition)?;
-            pod.waiting = Some(waiting.clone());
-            pod.resource_version = bump(&pod.resource_version);
-            view.upsert_pod(pod);
+            pod_at(view, key, precondition)?;
+            view.edit_pod(&key.namespace, &key.name, |pod| {
+                pod.waiting = Some(waiting.clone());
+                pod.resource_version = bump(&pod.resource_version);
+            });
         }
         Action::PublishClass { class: name, precondition, published } => {
             let Some(mut class) = view.class(name).cloned() else {
@@ -139,18 +127,41 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
     Ok(())
 }
 
-fn claimed(view: &View, key: &ObjectRef, precondition: &str) -> Result<Claim, Conflict> {
+/// The template claim a `CreateClaim` writes, as the controller sends it (`None` for any other action): the mark,
+/// the owner, the release finalizer and the status decided in the same pass.
+pub fn created_claim(action: &Action, now: Time) -> Option<Claim> {
+    let Action::CreateClaim { claim, class, count, owner, status } = action else { return None };
+    Some(Claim {
+        namespace: claim.namespace.clone(),
+        name: claim.name.clone(),
+        uid: format!("uid-{}-{}", claim.namespace, claim.name),
+        resource_version: "2".to_owned(),
+        created: now,
+        class: class.clone(),
+        count: *count,
+        template: true,
+        owner_vmi: Some(owner.clone()),
+        phase: status.phase,
+        node: status.node.clone(),
+        attached_to: status.attached_to.clone(),
+        pending: status.pending.clone(),
+        finalizer: true,
+        deleting: false,
+    })
+}
+
+fn claimed<'v>(view: &'v View, key: &ObjectRef, precondition: &str) -> Result<&'v Claim, Conflict> {
     let claim = view.claim(&key.namespace, &key.name).ok_or_else(|| conflict("GPUClaim", key, "not found"))?;
     if claim.resource_version != precondition {
         return Err(conflict("GPUClaim", key, "resourceVersion changed"));
     }
-    Ok(claim.clone())
+    Ok(claim)
 }
 
-fn pod_at(view: &View, key: &ObjectRef, precondition: &str) -> Result<crate::model::Pod, Conflict> {
+fn pod_at<'v>(view: &'v View, key: &ObjectRef, precondition: &str) -> Result<&'v crate::model::Pod, Conflict> {
     let pod = view.pod(&key.namespace, &key.name).ok_or_else(|| conflict("Pod", key, "not found"))?;
     if pod.resource_version != precondition {
         return Err(conflict("Pod", key, "resourceVersion changed"));
     }
-    Ok(pod.clone())
+    Ok(pod)
 }

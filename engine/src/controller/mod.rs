@@ -22,7 +22,7 @@ mod usage;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use actions::{Action, ClaimStatus, EventKind, ObjectRef};
-pub use apply::{Conflict, apply};
+pub use apply::{Conflict, apply, created_claim};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 
@@ -227,7 +227,11 @@ impl<'v> Pass<'v> {
 
     /// Turns the decisions into writes, in the order they must be applied.
     fn finish(mut self) -> Vec<Action> {
-        let mut writes = Vec::new();
+        // Usage records close first: a record is owned by its claim, so one written after the claim's finalizer
+        // went would find the record already collected and its end time lost.
+        let (mut writes, rest): (Vec<Action>, Vec<Action>) =
+            std::mem::take(&mut self.actions).into_iter().partition(|a| matches!(a, Action::CloseUsage { .. }));
+        self.actions = rest;
         for ((namespace, name), new) in std::mem::take(&mut self.created) {
             writes.push(Action::CreateClaim {
                 claim: ObjectRef { namespace, name },

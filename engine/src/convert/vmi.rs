@@ -69,6 +69,7 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
         namespace: meta.namespace.unwrap_or_else(|| namespace.to_owned()),
         name: meta.name.or(meta.generate_name).unwrap_or_default(),
         uid: meta.uid.unwrap_or_default(),
+        resource_version: meta.resource_version.unwrap_or_default(),
         labels: meta.labels.unwrap_or_default(),
         annotations: meta.annotations.unwrap_or_default(),
         gpus: wire

@@ -43,6 +43,8 @@ pub struct View {
     claims_by_node: BTreeMap<String, BTreeSet<(String, String)>>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(String, String)>,
+    /// (namespace, claim) → names of all its usage records, open or closed (they go with the claim).
+    usages_by_claim: BTreeMap<(String, String), BTreeSet<String>>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
@@ -186,39 +188,59 @@ impl View {
 
     /// Stores a claim, keeping the tenant's units and the placement index in step.
     pub fn upsert_claim(&mut self, claim: Claim) {
-        self.remove_claim(&claim.namespace, &claim.name);
-        self.index_claim(&claim, true);
-        if let Some(node) = claim.node.as_ref().filter(|node| !self.nodes.contains_key(*node)) {
-            self.unavailable.insert(node.clone());
+        if self.claim(&claim.namespace, &claim.name).is_some() {
+            let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
+            self.edit_claim(&namespace, &name, |stored| *stored = claim);
+            return;
         }
-        self.tenants.entry(claim.namespace.clone()).or_default().count(&claim);
-        self.count_claim(&claim, true);
-        let tenant = self.tenants.get_mut(&claim.namespace).expect("inserted above");
-        tenant.claims.insert(claim.name.clone(), claim);
+        let indexed = ClaimIndexed::of(&claim);
+        let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
+        self.tenants.entry(namespace.clone()).or_default().claims.insert(name.clone(), claim);
+        self.list_claim(&namespace, &name, &indexed, true);
+        self.count_claim(&namespace, &indexed, true);
     }
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
-        let tenant = self.tenants.get_mut(namespace)?;
-        let old = tenant.claims.remove(name)?;
-        tenant.uncount(&old);
-        self.count_claim(&old, false);
-        self.index_claim(&old, false);
+        let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
+        let indexed = ClaimIndexed::of(&old);
+        self.count_claim(namespace, &indexed, false);
+        self.list_claim(namespace, name, &indexed, false);
         Some(old)
     }
 
-    /// Keeps the claim lookups by run, by node and of the pending queue.
-    fn index_claim(&mut self, claim: &Claim, adding: bool) {
-        let key = (claim.namespace.clone(), claim.name.clone());
-        let runs: BTreeSet<&str> =
-            claim.attached_to.iter().chain(claim.owner_vmi.iter()).map(|vmi| vmi.name.as_str()).collect();
-        for run in runs {
-            let run = (claim.namespace.clone(), run.to_owned());
-            edit_set(&mut self.claims_by_run, run, claim.name.clone(), adding);
+    /// Edits a stored claim in place. What the indexes read is compared before and after: the units it counts
+    /// (class, count, node, attachment) and the lists it is on (its runs, its node, the pending queue) are redone only
+    /// where they changed, so a status phase, condition or resourceVersion change costs no index work. Returns
+    /// whether the claim exists.
+    pub fn edit_claim(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Claim)) -> bool {
+        let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
+        let before = ClaimIndexed::of(claim);
+        edit(claim);
+        let after = ClaimIndexed::of(claim);
+        if before.counted() != after.counted() {
+            self.count_claim(namespace, &before, false);
+            self.count_claim(namespace, &after, true);
         }
+        if before.listed() != after.listed() {
+            self.list_claim(namespace, name, &before, false);
+            self.list_claim(namespace, name, &after, true);
+        }
+        true
+    }
+
+    /// Keeps the claim lookups by run, by node and of the pending queue.
+    fn list_claim(&mut self, namespace: &str, name: &str, claim: &ClaimIndexed, adding: bool) {
+        let mut runs: Vec<&String> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
+        runs.dedup();
+        for run in runs {
+            let run = (namespace.to_owned(), run.clone());
+            edit_set(&mut self.claims_by_run, run, name.to_owned(), adding);
+        }
+        let key = (namespace.to_owned(), name.to_owned());
         if let Some(node) = &claim.node {
             edit_set(&mut self.claims_by_node, node.clone(), key.clone(), adding);
         }
-        if claim.node.is_none() && !claim.template && !claim.deleting {
+        if claim.pending_held {
             if adding {
                 self.pending_held.insert(key);
             } else {
@@ -227,12 +249,27 @@ impl View {
         }
     }
 
-    fn count_claim(&mut self, claim: &Claim, adding: bool) {
-        let Some(node) = claim.node.clone() else { return };
-        self.capacity.add_claim_units(&node, &claim.class, claim.count, adding);
+    /// Counts (or uncounts) a claim's units: the tenant's ordered and bound units, its node's free units, the units
+    /// its VMI's pods there need not count themselves.
+    fn count_claim(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
+        let tenant = match self.tenants.get_mut(namespace) {
+            Some(tenant) => tenant,
+            None => self.tenants.entry(namespace.to_owned()).or_default(),
+        };
+        tenant.count(&claim.class, claim.count, claim.node.is_some(), adding);
+        self.count_claim_units(namespace, claim, adding);
+    }
+
+    /// The placement side of [`View::count_claim`]: node units and the units attached to the claim's VMI there.
+    fn count_claim_units(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
+        let Some(node) = claim.node.as_deref() else { return };
+        if adding && !self.nodes.contains_key(node) {
+            self.unavailable.insert(node.to_owned());
+        }
+        self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
         let resource = self.classes.get(&claim.class).map(|c| c.resource_name.clone());
         if let (Some(vmi), Some(resource)) = (&claim.attached_to, &resource) {
-            let key = (claim.namespace.clone(), vmi.name.clone(), node.clone());
+            let key = (namespace.to_owned(), vmi.clone(), node.to_owned());
             let units = self.vmi_claim_units.entry(key.clone()).or_default();
             let total = units.entry(resource.clone()).or_insert(0);
             if adding {
@@ -246,11 +283,68 @@ impl View {
                     self.vmi_claim_units.remove(&key);
                 }
             }
-            self.recount_vmi_pods(&claim.namespace, &vmi.name);
+            self.recount_vmi_pods(namespace, vmi);
         }
         if let Some(resource) = resource {
-            self.reindex_resource(&node, &resource);
+            self.reindex_resource(node, &resource);
         }
+    }
+
+    /// Edits a stored pod in place, re-indexing only when what an index reads changed (its gate, owner, the node
+    /// it occupies, its requests, the claims label): a phase, condition or resourceVersion change costs no index work.
+    pub fn edit_pod(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> bool {
+        let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
+        let before = PodIndexed::of(pod);
+        edit(pod);
+        let after = PodIndexed::of(pod);
+        if after == before {
+            return true;
+        }
+        self.uncount_pod_devices(namespace, name);
+        self.index_pod(namespace, name, &before, false);
+        self.index_pod(namespace, name, &after, true);
+        self.count_pod_devices(namespace, name);
+        true
+    }
+
+    /// Edits a stored VMI in place (no index reads a VMI).
+    pub fn edit_vmi(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Vmi)) -> bool {
+        let Some(vmi) = self.vmis.get_mut(namespace).and_then(|vmis| vmis.get_mut(name)) else { return false };
+        edit(vmi);
+        true
+    }
+
+    /// Edits a stored usage record in place, re-indexing only when it opened or closed or changed claim.
+    pub fn edit_usage(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Usage)) -> bool {
+        let Some(usage) = self.usages.get_mut(namespace).and_then(|usages| usages.get_mut(name)) else {
+            return false;
+        };
+        let before = (usage.claim.clone(), usage.end.is_none());
+        edit(usage);
+        if (usage.claim.as_str(), usage.end.is_none()) == (before.0.as_str(), before.1) {
+            return true;
+        }
+        let edited = usage.clone();
+        (usage.claim, usage.end) = (before.0, None);
+        if !before.1 {
+            usage.end = edited.end.or(Some(edited.start));
+        }
+        self.upsert_usage(edited);
+        true
+    }
+
+    /// Sets a class's resourceVersion (no index reads it).
+    pub fn set_class_resource_version(&mut self, name: &str, resource_version: String) -> bool {
+        let Some(class) = self.classes.get_mut(name) else { return false };
+        class.resource_version = resource_version;
+        true
+    }
+
+    /// Sets a node's resourceVersion (no index reads it).
+    pub fn set_node_resource_version(&mut self, name: &str, resource_version: String) -> bool {
+        let Some(node) = self.nodes.get_mut(name) else { return false };
+        node.resource_version = resource_version;
+        true
     }
 
     pub fn set_vgpu_entitled(&mut self, namespace: &str, entitled: bool) {
@@ -289,39 +383,41 @@ impl View {
     }
 
     pub fn upsert_pod(&mut self, pod: Pod) {
-        self.remove_pod(&pod.namespace, &pod.name);
-        if holds_placement_gate(&pod) {
-            self.gated.insert((pod.created, pod.namespace.clone(), pod.name.clone()));
+        if self.pod(&pod.namespace, &pod.name).is_some() {
+            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+            self.edit_pod(&namespace, &name, |stored| *stored = pod);
+            return;
         }
-        if let Some(vmi) = &pod.owner_vmi {
-            let key = (pod.namespace.clone(), vmi.name.clone());
-            self.pods_by_vmi.entry(key).or_default().insert(pod.name.clone());
-        }
-        if let Some(node) = occupied_node(&pod) {
-            self.capacity.add_pod_load(node, pod.cpu_millis, pod.memory_bytes, true);
-        }
+        let indexed = PodIndexed::of(&pod);
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         self.pods.entry(namespace.clone()).or_default().insert(name.clone(), pod);
+        self.index_pod(&namespace, &name, &indexed, true);
         self.count_pod_devices(&namespace, &name);
     }
 
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
         self.uncount_pod_devices(namespace, name);
         let old = self.pods.get_mut(namespace)?.remove(name)?;
-        self.gated.remove(&(old.created, old.namespace.clone(), old.name.clone()));
-        if let Some(vmi) = &old.owner_vmi {
-            let key = (old.namespace.clone(), vmi.name.clone());
-            if let Some(pods) = self.pods_by_vmi.get_mut(&key) {
-                pods.remove(&old.name);
-                if pods.is_empty() {
-                    self.pods_by_vmi.remove(&key);
-                }
+        self.index_pod(namespace, name, &PodIndexed::of(&old), false);
+        Some(old)
+    }
+
+    /// Adds (or takes out) a pod's entries in the gated queue, the pods of its VMI and its node's CPU and memory.
+    fn index_pod(&mut self, namespace: &str, name: &str, indexed: &PodIndexed, adding: bool) {
+        if let Some(created) = indexed.gated_since {
+            let key = (created, namespace.to_owned(), name.to_owned());
+            if adding {
+                self.gated.insert(key);
+            } else {
+                self.gated.remove(&key);
             }
         }
-        if let Some(node) = occupied_node(&old) {
-            self.capacity.add_pod_load(node, old.cpu_millis, old.memory_bytes, false);
+        if let Some(vmi) = &indexed.owner_vmi {
+            edit_set(&mut self.pods_by_vmi, (namespace.to_owned(), vmi.clone()), name.to_owned(), adding);
         }
-        Some(old)
+        if let Some(node) = &indexed.occupied {
+            self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
+        }
     }
 
     /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
@@ -386,11 +482,14 @@ impl View {
             let claims = self.open_usages.entry(usage.namespace.clone()).or_default();
             claims.entry(usage.claim.clone()).or_default().insert(usage.name.clone());
         }
+        let by_claim = (usage.namespace.clone(), usage.claim.clone());
+        edit_set(&mut self.usages_by_claim, by_claim, usage.name.clone(), true);
         self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
     }
 
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
+        edit_set(&mut self.usages_by_claim, (old.namespace.clone(), old.claim.clone()), old.name.clone(), false);
         if let Some(claims) = self.open_usages.get_mut(namespace) {
             if let Some(open) = claims.get_mut(&old.claim) {
                 open.remove(&old.name);
@@ -403,6 +502,13 @@ impl View {
             }
         }
         Some(old)
+    }
+
+    /// Every usage record of a claim, open or closed.
+    pub fn usages_of_claim(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
+        let names = self.usages_by_claim.get(&(namespace.to_owned(), claim.to_owned()));
+        let usages = self.usages.get(namespace);
+        names.into_iter().flatten().filter_map(move |name| usages?.get(name))
     }
 
     /// The open usage records of a claim.
@@ -441,9 +547,10 @@ impl View {
                 self.capacity.refresh(class, name, Some(node));
             }
         }
-        let claims: Vec<Claim> = self.claims().cloned().collect();
-        for claim in &claims {
-            self.count_claim(claim, true);
+        let claims: Vec<(String, ClaimIndexed)> =
+            self.claims().map(|claim| (claim.namespace.clone(), ClaimIndexed::of(claim))).collect();
+        for (namespace, claim) in &claims {
+            self.count_claim_units(namespace, claim, true);
         }
         let pods: Vec<(String, String)> = self.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect();
         for (namespace, name) in pods {
@@ -468,6 +575,68 @@ impl View {
         for class in classes {
             let class = &self.classes[&class];
             self.capacity.refresh(class, node, self.nodes.get(node));
+        }
+    }
+}
+
+/// What the indexes read of a claim.
+#[derive(PartialEq)]
+struct ClaimIndexed {
+    class: String,
+    count: u32,
+    node: Option<String>,
+    attached_to: Option<String>,
+    owner_vmi: Option<String>,
+    /// A held claim with no node, not being deleted: on the claims' queue.
+    pending_held: bool,
+}
+
+impl ClaimIndexed {
+    fn of(claim: &Claim) -> Self {
+        ClaimIndexed {
+            class: claim.class.clone(),
+            count: claim.count,
+            node: claim.node.clone(),
+            attached_to: claim.attached_to.as_ref().map(|vmi| vmi.name.clone()),
+            owner_vmi: claim.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
+            pending_held: claim.node.is_none() && !claim.template && !claim.deleting,
+        }
+    }
+
+    /// What the unit counts read.
+    fn counted(&self) -> (&str, u32, Option<&str>, Option<&str>) {
+        (&self.class, self.count, self.node.as_deref(), self.attached_to.as_deref())
+    }
+
+    /// What the lists read.
+    fn listed(&self) -> (Option<&str>, Option<&str>, Option<&str>, bool) {
+        (self.attached_to.as_deref(), self.owner_vmi.as_deref(), self.node.as_deref(), self.pending_held)
+    }
+}
+
+/// What the indexes read of a pod, derived: equal before and after an edit means nothing to re-index.
+#[derive(PartialEq)]
+struct PodIndexed {
+    /// Its creation time while it holds the placement gate (the gated queue's order).
+    gated_since: Option<Time>,
+    owner_vmi: Option<String>,
+    occupied: Option<String>,
+    cpu_millis: u64,
+    memory_bytes: u64,
+    devices: BTreeMap<String, u64>,
+    claims_pod: bool,
+}
+
+impl PodIndexed {
+    fn of(pod: &Pod) -> Self {
+        PodIndexed {
+            gated_since: holds_placement_gate(pod).then_some(pod.created),
+            owner_vmi: pod.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
+            occupied: occupied_node(pod).map(str::to_owned),
+            cpu_millis: pod.cpu_millis,
+            memory_bytes: pod.memory_bytes,
+            devices: pod.devices.clone(),
+            claims_pod: is_claims_pod(pod),
         }
     }
 }

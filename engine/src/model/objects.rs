@@ -162,6 +162,7 @@ pub struct Vmi {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    pub resource_version: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub gpus: Vec<GpuDevice>,

@@ -47,17 +47,12 @@ impl Tenant {
         self.quotas.values().filter_map(|hard| hard.get(class).copied()).min()
     }
 
-    pub(super) fn count(&mut self, claim: &Claim) {
-        add(&mut self.ordered, &claim.class, claim.count);
-        if claim.node.is_some() {
-            add(&mut self.bound, &claim.class, claim.count);
-        }
-    }
-
-    pub(super) fn uncount(&mut self, claim: &Claim) {
-        subtract(&mut self.ordered, &claim.class, claim.count);
-        if claim.node.is_some() {
-            subtract(&mut self.bound, &claim.class, claim.count);
+    /// Counts (or uncounts) `count` units of `class` ordered, and bound when the claim has a node.
+    pub(super) fn count(&mut self, class: &str, count: u32, bound: bool, adding: bool) {
+        let edit = if adding { add } else { subtract };
+        edit(&mut self.ordered, class, count);
+        if bound {
+            edit(&mut self.bound, class, count);
         }
     }
 }

@@ -1,3 +1,467 @@
-//! The API server's rules the twin enforces on the engine's writes (DESIGN.md §5, API server).
+//! The API server: the one store every actor writes through, with the rules a real one enforces (DESIGN.md §5).
+//!
+//! - resourceVersion: one revision counter for the whole store, as etcd's; every write stamps the object with the
+//!   next one. An update that names a precondition the object no longer carries is a `Conflict`.
+//! - create of an existing name is `AlreadyExists`; update or delete of a missing one `NotFound`.
+//! - the admission chain ([`admission`]): the engine's webhooks by their object selectors, fail closed.
+//! - the gated-pod rules ([`gates`]) on pod create and on every spec update.
+//! - finalizers: a deleted claim that carries one keeps existing (deletion timestamp set) until the finalizer goes.
+//! - ownerReference garbage collection (background): a VMI's pods and template claims, a claim's usage records go
+//!   with their owner.
+//! - a watch stream ([`watch`]): every change of a kind the GPU controller watches, in revision order.
+//!
+//! KubeVirt's controllers, the scheduler and the kubelets read the store directly (their caches are not what the
+//! twin studies); the GPU controller reads only its own cache, fed by the watch with its delay.
 
+pub mod admission;
 pub mod gates;
+pub mod watch;
+
+use gpuclaim_engine::controller::{self, Action, ObjectRef};
+use gpuclaim_engine::model::{Claim, Node, Pod, Time, Usage, View, Vmi};
+
+use admission::{Admission, AdmissionError};
+use gates::{Invalid, validate_pod_create, validate_pod_update};
+use watch::{Change, Object, Watch};
+
+/// The kinds the twin stores, with the names the API server's messages use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Class,
+    Claim,
+    Usage,
+    Pod,
+    Vmi,
+    Node,
+}
+
+impl Kind {
+    /// The resource as the API server names it in messages (`pods`, `gpuclaims.gpu.cozystack.io`).
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::Class => "gpuclasses.gpu.cozystack.io",
+            Kind::Claim => "gpuclaims.gpu.cozystack.io",
+            Kind::Usage => "gpuusages.gpu.cozystack.io",
+            Kind::Pod => "pods",
+            Kind::Vmi => "virtualmachineinstances.kubevirt.io",
+            Kind::Node => "nodes",
+        }
+    }
+}
+
+/// A refused request, with the API server's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{} {name:?} already exists", kind.resource())]
+    AlreadyExists { kind: Kind, name: String },
+    #[error("{} {name:?} not found", kind.resource())]
+    NotFound { kind: Kind, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to \
+         the latest version and try again",
+        kind.resource()
+    )]
+    Conflict { kind: Kind, name: String },
+    #[error("Precondition failed: UID in precondition: {expected}, UID in object meta: {actual}")]
+    UidPrecondition { expected: String, actual: String },
+    #[error("{kind:?} {name:?} is invalid: {invalid}")]
+    Invalid { kind: Kind, name: String, invalid: Invalid },
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+}
+
+impl ApiError {
+    /// The HTTP status reason a client sees (`metav1.StatusReason`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::NotFound { .. } => "NotFound",
+            ApiError::Conflict { .. } | ApiError::UidPrecondition { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Admission(error) => error.reason(),
+        }
+    }
+}
+
+/// The store and its rules.
+#[derive(Debug, Default)]
+pub struct ApiServer {
+    store: View,
+    revision: u64,
+    pub admission: Admission,
+    watch: Watch,
+}
+
+impl ApiServer {
+    /// An API server holding `store` as loaded (its objects keep the resourceVersions they carry; new writes count
+    /// on from `first_revision`).
+    pub fn new(store: View, first_revision: u64) -> Self {
+        ApiServer { store, revision: first_revision, admission: Admission::default(), watch: Watch::default() }
+    }
+
+    pub fn store(&self) -> &View {
+        &self.store
+    }
+
+    pub fn watch(&mut self) -> &mut Watch {
+        &mut self.watch
+    }
+
+    fn next_revision(&mut self) -> String {
+        self.revision += 1;
+        self.revision.to_string()
+    }
+
+    /// Creates a VMI through the VMI webhook (its patch applied). Returns the stored VMI.
+    pub fn create_vmi(&mut self, mut vmi: Vmi) -> Result<&Vmi, ApiError> {
+        if self.store.vmi(&vmi.namespace, &vmi.name).is_some() {
+            return Err(ApiError::AlreadyExists { kind: Kind::Vmi, name: vmi.name });
+        }
+        self.admission.admit_vmi(&self.store, &mut vmi)?;
+        vmi.resource_version = self.next_revision();
+        let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
+        self.watch.push(Change::Upsert(Object::Vmi(vmi.clone())));
+        self.store.upsert_vmi(vmi);
+        Ok(self.store.vmi(&namespace, &name).expect("stored above"))
+    }
+
+    /// Updates a VMI's status as KubeVirt's controllers and virt-handler do (no precondition: they own it).
+    pub fn update_vmi(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Vmi)) -> Result<(), ApiError> {
+        let revision = self.next_revision();
+        let found = self.store.edit_vmi(namespace, name, |vmi| {
+            edit(vmi);
+            vmi.resource_version = revision;
+        });
+        if !found {
+            return Err(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() });
+        }
+        let vmi = self.store.vmi(namespace, name).expect("edited above").clone();
+        self.watch.push(Change::Upsert(Object::Vmi(vmi)));
+        Ok(())
+    }
+
+    /// Deletes a VMI; the garbage collector deletes its pods and its template claims (background propagation).
+    pub fn delete_vmi(&mut self, namespace: &str, name: &str) -> Result<Vmi, ApiError> {
+        let vmi = self
+            .store
+            .remove_vmi(namespace, name)
+            .ok_or(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() })?;
+        let revision = self.next_revision();
+        self.watch.push(Change::Delete {
+            kind: Kind::Vmi,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            revision,
+        });
+        let pods: Vec<String> = self
+            .store
+            .vmi_pods(namespace, name)
+            .filter(|pod| pod.owner_vmi.as_ref().is_some_and(|owner| owner.uid == vmi.uid))
+            .map(|pod| pod.name.clone())
+            .collect();
+        for pod in pods {
+            self.delete_pod(namespace, &pod)?;
+        }
+        let claims: Vec<(String, String)> = self
+            .store
+            .claims_of_run(namespace, name)
+            .filter(|claim| claim.owner_vmi.as_ref().is_some_and(|owner| owner.uid == vmi.uid))
+            .map(|claim| (claim.name.clone(), claim.uid.clone()))
+            .collect();
+        for (claim, uid) in claims {
+            self.delete_claim(namespace, &claim, Some(&uid))?;
+        }
+        Ok(vmi)
+    }
+
+    /// Creates a pod through the pod webhook and the API server's validation.
+    pub fn create_pod(&mut self, mut pod: Pod) -> Result<&Pod, ApiError> {
+        if self.store.pod(&pod.namespace, &pod.name).is_some() {
+            return Err(ApiError::AlreadyExists { kind: Kind::Pod, name: pod.name });
+        }
+        self.admission.mutate_pod(&self.store, &mut pod)?;
+        validate_pod_create(&pod).map_err(|invalid| ApiError::Invalid {
+            kind: Kind::Pod,
+            name: pod.name.clone(),
+            invalid,
+        })?;
+        pod.resource_version = self.next_revision();
+        let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+        if watched_pod(&pod) {
+            self.watch.push(Change::Upsert(Object::Pod(pod.clone())));
+        }
+        self.store.upsert_pod(pod);
+        Ok(self.store.pod(&namespace, &name).expect("stored above"))
+    }
+
+    /// Binds a pod to a node (`pods/binding`: no spec validation beyond the node being unset) or sets its status, as
+    /// the scheduler and the kubelet do.
+    pub fn update_pod_status(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        edit: impl FnOnce(&mut Pod),
+    ) -> Result<(), ApiError> {
+        let revision = self.next_revision();
+        let found = self.store.edit_pod(namespace, name, |pod| {
+            edit(pod);
+            pod.resource_version = revision;
+        });
+        if !found {
+            return Err(ApiError::NotFound { kind: Kind::Pod, name: name.to_owned() });
+        }
+        let pod = self.store.pod(namespace, name).expect("edited above");
+        if watched_pod(pod) {
+            self.watch.push(Change::Upsert(Object::Pod(pod.clone())));
+        }
+        Ok(())
+    }
+
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) -> Result<Pod, ApiError> {
+        let pod = self
+            .store
+            .remove_pod(namespace, name)
+            .ok_or(ApiError::NotFound { kind: Kind::Pod, name: name.to_owned() })?;
+        let revision = self.next_revision();
+        if watched_pod(&pod) {
+            self.watch.push(Change::Delete {
+                kind: Kind::Pod,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                revision,
+            });
+        }
+        Ok(pod)
+    }
+
+    /// A tenant orders a claim: through the order webhook as `requester`.
+    pub fn create_claim(&mut self, mut claim: Claim, requester: &str) -> Result<&Claim, ApiError> {
+        if self.store.claim(&claim.namespace, &claim.name).is_some() {
+            return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name });
+        }
+        self.admission.validate_order(&self.store, &claim, requester)?;
+        claim.resource_version = self.next_revision();
+        let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
+        self.watch.push(Change::Upsert(Object::Claim(claim.clone())));
+        self.store.upsert_claim(claim);
+        Ok(self.store.claim(&namespace, &name).expect("stored above"))
+    }
+
+    /// Deletes a claim (with a uid precondition when given): one carrying a finalizer only gets its deletion
+    /// timestamp; one without goes, and its usage records with it.
+    pub fn delete_claim(&mut self, namespace: &str, name: &str, uid: Option<&str>) -> Result<(), ApiError> {
+        let claim =
+            self.store.claim(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Claim, name: name.to_owned() })?;
+        if let Some(expected) = uid.filter(|uid| *uid != claim.uid) {
+            return Err(ApiError::UidPrecondition { expected: expected.to_owned(), actual: claim.uid.clone() });
+        }
+        if claim.finalizer {
+            if !claim.deleting {
+                let revision = self.next_revision();
+                self.store.edit_claim(namespace, name, |claim| {
+                    claim.deleting = true;
+                    claim.resource_version = revision;
+                });
+                let claim = self.store.claim(namespace, name).expect("edited above").clone();
+                self.watch.push(Change::Upsert(Object::Claim(claim)));
+            }
+            return Ok(());
+        }
+        self.remove_claim(namespace, name);
+        Ok(())
+    }
+
+    /// The claim leaves the store: its usage records (owned by it) are collected.
+    fn remove_claim(&mut self, namespace: &str, name: &str) {
+        let Some(claim) = self.store.remove_claim(namespace, name) else { return };
+        let revision = self.next_revision();
+        self.watch.push(Change::Delete {
+            kind: Kind::Claim,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            revision,
+        });
+        let owned: Vec<String> = self
+            .store
+            .usages_of_claim(namespace, name)
+            .filter(|usage| usage.claim_uid.is_empty() || usage.claim_uid == claim.uid)
+            .map(|usage| usage.name.clone())
+            .collect();
+        for usage in owned {
+            self.store.remove_usage(namespace, &usage);
+            let revision = self.next_revision();
+            self.watch.push(Change::Delete {
+                kind: Kind::Usage,
+                namespace: namespace.to_owned(),
+                name: usage,
+                revision,
+            });
+        }
+    }
+
+    /// Adds or replaces a node (the kubelet registering, or a node's spec and status changing).
+    pub fn put_node(&mut self, mut node: Node) {
+        node.resource_version = self.next_revision();
+        self.watch.push(Change::Upsert(Object::Node(node.clone())));
+        self.store.upsert_node(node);
+    }
+
+    /// Writes one of the GPU controller's actions as `requester`, with the engine's write semantics (preconditions,
+    /// finalizers) and the API server's own rules (admission of the claims it creates, the gated-pod update rules,
+    /// revisions). Returns the changes written, for the writer's cache. They do not go on the watch: its only
+    /// watcher is the writer, whose cache already holds them (written through), so their echo would change nothing.
+    /// What the garbage collector does in consequence (the usage records of a released claim) is returned with it.
+    pub fn write(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
+        match action {
+            Action::CreateClaim { claim, .. } => {
+                if self.store.claim(&claim.namespace, &claim.name).is_some() {
+                    return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.clone() });
+                }
+                let mut new = controller::created_claim(action, now).expect("a CreateClaim creates a claim");
+                self.admission.validate_order(&self.store, &new, requester)?;
+                new.resource_version = self.next_revision();
+                self.store.upsert_claim(new.clone());
+                Ok(vec![Change::Upsert(Object::Claim(new))])
+            }
+            Action::UpdateClaim { claim, precondition, .. } => {
+                let current = self.claim_at(claim, precondition)?;
+                let removes = current.deleting && action_drops_finalizer(action);
+                controller::apply(&mut self.store, std::slice::from_ref(action), now)
+                    .map_err(|_| conflict(Kind::Claim, claim))?;
+                if removes {
+                    let usages: Vec<String> =
+                        self.store.usages_of_claim(&claim.namespace, &claim.name).map(|u| u.name.clone()).collect();
+                    let revision = self.next_revision();
+                    let mut changes = vec![Change::Delete {
+                        kind: Kind::Claim,
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        revision,
+                    }];
+                    for usage in usages {
+                        self.store.remove_usage(&claim.namespace, &usage);
+                        let revision = self.next_revision();
+                        changes.push(Change::Delete {
+                            kind: Kind::Usage,
+                            namespace: claim.namespace.clone(),
+                            name: usage,
+                            revision,
+                        });
+                    }
+                    return Ok(changes);
+                }
+                let revision = self.next_revision();
+                self.store.edit_claim(&claim.namespace, &claim.name, |c| c.resource_version = revision);
+                Ok(vec![self.push_claim(claim)])
+            }
+            Action::DeleteClaim { claim, uid } => {
+                self.delete_claim(&claim.namespace, &claim.name, Some(uid))?;
+                Ok(vec![match self.store.claim(&claim.namespace, &claim.name) {
+                    Some(deleting) => Change::Upsert(Object::Claim(deleting.clone())),
+                    None => Change::Delete {
+                        kind: Kind::Claim,
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        revision: self.revision.to_string(),
+                    },
+                }])
+            }
+            Action::OpenUsage { usage } => {
+                if self.store.usage(&usage.namespace, &usage.name).is_some() {
+                    return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.clone() });
+                }
+                controller::apply(&mut self.store, std::slice::from_ref(action), now)
+                    .map_err(|_| conflict(Kind::Usage, &ObjectRef::new(&usage.namespace, &usage.name)))?;
+                Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
+            }
+            Action::CloseUsage { usage, precondition, .. } => {
+                let current = self
+                    .store
+                    .usage(&usage.namespace, &usage.name)
+                    .ok_or(ApiError::NotFound { kind: Kind::Usage, name: usage.name.clone() })?;
+                if current.resource_version != *precondition {
+                    return Err(conflict(Kind::Usage, usage));
+                }
+                controller::apply(&mut self.store, std::slice::from_ref(action), now)
+                    .map_err(|_| conflict(Kind::Usage, usage))?;
+                Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
+            }
+            Action::PinAndUngate { pod: key, precondition, .. }
+            | Action::SetPodWaiting { pod: key, precondition, .. } => {
+                let old = self
+                    .store
+                    .pod(&key.namespace, &key.name)
+                    .ok_or(ApiError::NotFound { kind: Kind::Pod, name: key.name.clone() })?;
+                if old.resource_version != *precondition {
+                    return Err(conflict(Kind::Pod, key));
+                }
+                if let Action::PinAndUngate { terms, .. } = action {
+                    let mut new = old.clone();
+                    new.scheduling_gates.retain(|gate| gate != gpuclaim_engine::keys::GATE_PLACEMENT);
+                    new.required_terms = Some(terms.clone());
+                    validate_pod_update(old, &new).map_err(|invalid| ApiError::Invalid {
+                        kind: Kind::Pod,
+                        name: key.name.clone(),
+                        invalid,
+                    })?;
+                }
+                controller::apply(&mut self.store, std::slice::from_ref(action), now)
+                    .map_err(|_| conflict(Kind::Pod, key))?;
+                let revision = self.next_revision();
+                self.store.edit_pod(&key.namespace, &key.name, |pod| pod.resource_version = revision);
+                let pod = self.store.pod(&key.namespace, &key.name).expect("written above").clone();
+                Ok(vec![Change::Upsert(Object::Pod(pod))])
+            }
+            Action::PublishClass { class, precondition, .. } => {
+                let current =
+                    self.store.class(class).ok_or(ApiError::NotFound { kind: Kind::Class, name: class.clone() })?;
+                if current.resource_version != *precondition {
+                    return Err(conflict(Kind::Class, &ObjectRef::new("", class)));
+                }
+                controller::apply(&mut self.store, std::slice::from_ref(action), now)
+                    .map_err(|_| conflict(Kind::Class, &ObjectRef::new("", class)))?;
+                let revision = self.next_revision();
+                self.store.set_class_resource_version(class, revision);
+                let class = self.store.class(class).expect("written above").clone();
+                Ok(vec![Change::Upsert(Object::Class(class))])
+            }
+            Action::Event { .. } => Ok(Vec::new()),
+        }
+    }
+
+    fn claim_at(&self, key: &ObjectRef, precondition: &str) -> Result<&Claim, ApiError> {
+        let claim = self
+            .store
+            .claim(&key.namespace, &key.name)
+            .ok_or(ApiError::NotFound { kind: Kind::Claim, name: key.name.clone() })?;
+        if claim.resource_version != precondition {
+            return Err(conflict(Kind::Claim, key));
+        }
+        Ok(claim)
+    }
+
+    fn push_claim(&mut self, key: &ObjectRef) -> Change {
+        let claim = self.store.claim(&key.namespace, &key.name).expect("written above").clone();
+        Change::Upsert(Object::Claim(claim))
+    }
+
+    fn stamp_usage(&mut self, namespace: &str, name: &str) -> Change {
+        let revision = self.next_revision();
+        self.store.edit_usage(namespace, name, |usage| usage.resource_version = revision);
+        let usage: Usage = self.store.usage(namespace, name).expect("written above").clone();
+        Change::Upsert(Object::Usage(usage))
+    }
+}
+
+fn conflict(kind: Kind, key: &ObjectRef) -> ApiError {
+    ApiError::Conflict { kind, name: key.name.clone() }
+}
+
+fn action_drops_finalizer(action: &Action) -> bool {
+    matches!(action, Action::UpdateClaim { finalizer: Some(false), .. })
+}
+
+/// The GPU controller watches pods carrying the claims label only (the adapter's reflector selects them so).
+pub fn watched_pod(pod: &Pod) -> bool {
+    gpuclaim_engine::model::is_claims_pod(pod)
+}

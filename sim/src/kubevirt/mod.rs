@@ -1,4 +1,5 @@
 //! KubeVirt's timing, with its real constants (each cites the source it was read from).
 
 pub mod migration;
+pub mod selector;
 pub mod start;

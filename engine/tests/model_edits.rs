@@ -1,0 +1,123 @@
+//! In-place edits of the view keep every index exactly as taking the object out and putting the edited one back
+//! does: the property the twin's API server and caches rely on when they edit instead of re-inserting.
+
+use gpuclaim_engine::fixtures::{attached, gated_launcher, held_claim, two_node_cluster};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{ClaimPhase, PodPhase, Time, View, VmiRef};
+use gpuclaim_engine::scheduling::pin_terms;
+use proptest::prelude::*;
+
+const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+
+fn start() -> View {
+    let mut view = two_node_cluster();
+    let t0 = Time::from_second(1_800_000_000).unwrap();
+    for (i, vmi) in ["a", "b", "c"].into_iter().enumerate() {
+        let mut pod = gated_launcher("tenant-a", vmi, "[]", H100, 2, t0);
+        pod.owner_vmi = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") });
+        view.upsert_pod(pod);
+        let claim = held_claim("tenant-a", &format!("claim-{i}"), "h100", 2);
+        view.upsert_claim(if i == 0 { attached(claim, "gpu-1", vmi) } else { claim });
+    }
+    view
+}
+
+#[derive(Clone, Debug)]
+enum PodEdit {
+    Phase(u8),
+    Bind(Option<u8>),
+    Ungate,
+    Pin(u8),
+    Requests(u64),
+}
+
+#[derive(Clone, Debug)]
+enum ClaimEdit {
+    Node(Option<u8>),
+    Attach(Option<u8>),
+    Phase(u8),
+    Deleting(bool),
+}
+
+fn node(i: u8) -> String {
+    format!("gpu-{}", 1 + i % 2)
+}
+
+fn pod_edit() -> impl Strategy<Value = (u8, PodEdit)> {
+    let edit = prop_oneof![
+        (0u8..4).prop_map(PodEdit::Phase),
+        proptest::option::of(0u8..2).prop_map(PodEdit::Bind),
+        Just(PodEdit::Ungate),
+        (0u8..2).prop_map(PodEdit::Pin),
+        (0u64..4).prop_map(PodEdit::Requests),
+    ];
+    (0u8..3, edit)
+}
+
+fn claim_edit() -> impl Strategy<Value = (u8, ClaimEdit)> {
+    let edit = prop_oneof![
+        proptest::option::of(0u8..2).prop_map(ClaimEdit::Node),
+        proptest::option::of(0u8..3).prop_map(ClaimEdit::Attach),
+        (0u8..3).prop_map(ClaimEdit::Phase),
+        any::<bool>().prop_map(ClaimEdit::Deleting),
+    ];
+    (0u8..3, edit)
+}
+
+fn apply_pod_edit(pod: &mut gpuclaim_engine::model::Pod, edit: &PodEdit) {
+    match edit {
+        PodEdit::Phase(p) => {
+            pod.phase = [PodPhase::Pending, PodPhase::Running, PodPhase::Succeeded, PodPhase::Failed][*p as usize]
+        }
+        PodEdit::Bind(n) => pod.node_name = n.map(node),
+        PodEdit::Ungate => pod.scheduling_gates.retain(|g| g != keys::GATE_PLACEMENT),
+        PodEdit::Pin(n) => pod.required_terms = Some(pin_terms(pod.required_terms.as_deref(), &node(*n))),
+        PodEdit::Requests(units) => {
+            pod.devices.insert(H100.to_owned(), *units);
+        }
+    }
+}
+
+fn apply_claim_edit(claim: &mut gpuclaim_engine::model::Claim, edit: &ClaimEdit) {
+    match edit {
+        ClaimEdit::Node(n) => claim.node = n.map(node),
+        ClaimEdit::Attach(v) => {
+            claim.attached_to = v.map(|v| {
+                let name = ["a", "b", "c"][v as usize];
+                VmiRef { name: name.into(), uid: format!("uid-vmi-{name}") }
+            })
+        }
+        ClaimEdit::Phase(p) => {
+            claim.phase = [ClaimPhase::Pending, ClaimPhase::Bound, ClaimPhase::Attached][*p as usize]
+        }
+        ClaimEdit::Deleting(d) => claim.deleting = *d,
+    }
+}
+
+proptest! {
+    #[test]
+    fn edits_in_place_index_like_remove_and_insert(
+        pods in proptest::collection::vec(pod_edit(), 0..12),
+        claims in proptest::collection::vec(claim_edit(), 0..12),
+    ) {
+        let mut edited = start();
+        let mut reinserted = start();
+        let names: Vec<String> = edited.pods().map(|p| p.name.clone()).collect();
+        for (i, edit) in &pods {
+            let name = &names[*i as usize % names.len()];
+            edited.edit_pod("tenant-a", name, |pod| apply_pod_edit(pod, edit));
+            let mut pod = reinserted.remove_pod("tenant-a", name).unwrap();
+            apply_pod_edit(&mut pod, edit);
+            reinserted.upsert_pod(pod);
+            prop_assert_eq!(&edited, &reinserted);
+        }
+        for (i, edit) in &claims {
+            let name = format!("claim-{i}");
+            edited.edit_claim("tenant-a", &name, |claim| apply_claim_edit(claim, edit));
+            let mut claim = reinserted.remove_claim("tenant-a", &name).unwrap();
+            apply_claim_edit(&mut claim, edit);
+            reinserted.upsert_claim(claim);
+            prop_assert_eq!(&edited, &reinserted);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The watch stream the GPU controller's cache is fed from: every change of a watched kind, in revision order,
+//! delivered a lag after it was written. A change carries the object as written (a snapshot), so a cache that
+//! lags sees every intermediate state, as a real watch delivers them.
+
+use std::collections::VecDeque;
+
+use gpuclaim_engine::model::{Claim, Class, Node, Pod, Usage, View, Vmi, holds_placement_gate};
+
+use super::Kind;
+use crate::kernel::Millis;
+
+/// An object as a watch event carries it.
+// Unboxed on purpose: nearly every change is an upsert, and a box would cost one allocation more per write.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    Class(Class),
+    Claim(Claim),
+    Usage(Usage),
+    Pod(Pod),
+    Vmi(Vmi),
+    Node(Node),
+}
+
+/// One watch event.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// ADDED or MODIFIED.
+    Upsert(Object),
+    /// DELETED, at `revision`.
+    Delete { kind: Kind, namespace: String, name: String, revision: String },
+}
+
+/// The stream of one watcher: changes queued with the time they are due.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// How long a change takes to reach the watcher.
+    pub lag: Millis,
+    now: Millis,
+    queue: VecDeque<(Millis, Change)>,
+    delivery_scheduled: bool,
+}
+
+impl Watch {
+    /// Sets the clock new changes are stamped with.
+    pub fn tick(&mut self, now: Millis) {
+        self.now = now;
+    }
+
+    pub(super) fn push(&mut self, change: Change) {
+        // Delivery stays in revision order, whatever the lag.
+        let due = self.queue.back().map_or(self.now + self.lag, |(last, _)| (*last).max(self.now + self.lag));
+        self.queue.push_back((due, change));
+    }
+
+    /// When the next delivery must run, if one is not scheduled yet (the caller schedules it).
+    pub fn delivery_due(&mut self) -> Option<Millis> {
+        if self.delivery_scheduled {
+            return None;
+        }
+        let (due, _) = self.queue.front()?;
+        self.delivery_scheduled = true;
+        Some(*due)
+    }
+
+    /// Takes every change due by `now`; the next delivery is the caller's to schedule again.
+    pub fn deliver(&mut self, now: Millis) -> Vec<Change> {
+        self.delivery_scheduled = false;
+        let due = self.queue.iter().take_while(|(at, _)| *at <= now).count();
+        self.queue.drain(..due).map(|(_, change)| change).collect()
+    }
+
+    /// Changes written but not delivered yet.
+    pub fn backlog(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+fn revision(resource_version: &str) -> u64 {
+    resource_version.parse().unwrap_or(0)
+}
+
+/// What a change touched, for the watcher's work queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Touched {
+    Claim(String, String),
+    Vmi(String, String),
+    Node(String),
+    /// A pod change the reconciler acts on: a pod at the placement gate, a pod that ended or went (units or
+    /// CPU free for the waiters). Pods need no key: every pass serves the whole queue.
+    Pod,
+    /// A change the reconciler does not act on (a pod bound or running, a usage record, a class's status): it goes
+    /// into the cache for the next pass, and wakes nothing, as a controller's event filter would have it.
+    Quiet,
+}
+
+/// Applies a change to a cache unless the cache already holds that revision or a newer one (its own write, written
+/// through). Returns what it touched, or `None` when it changed nothing.
+pub fn observe(cache: &mut View, change: Change) -> Option<Touched> {
+    match change {
+        Change::Upsert(object) => upsert(cache, object),
+        Change::Delete { kind, namespace, name, revision: at } => delete(cache, kind, namespace, name, revision(&at)),
+    }
+}
+
+fn newer(cached: Option<&str>, incoming: &str) -> bool {
+    cached.is_none_or(|cached| revision(cached) < revision(incoming))
+}
+
+fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
+    match object {
+        Object::Claim(claim) => {
+            if !newer(
+                cache.claim(&claim.namespace, &claim.name).map(|c| c.resource_version.as_str()),
+                &claim.resource_version,
+            ) {
+                return None;
+            }
+            let touched = Touched::Claim(claim.namespace.clone(), claim.name.clone());
+            cache.upsert_claim(claim);
+            Some(touched)
+        }
+        Object::Pod(pod) => {
+            if !newer(cache.pod(&pod.namespace, &pod.name).map(|p| p.resource_version.as_str()), &pod.resource_version)
+            {
+                return None;
+            }
+            let acted_on = holds_placement_gate(&pod) || pod.phase.is_terminal();
+            cache.upsert_pod(pod);
+            Some(if acted_on { Touched::Pod } else { Touched::Quiet })
+        }
+        Object::Vmi(vmi) => {
+            if !newer(cache.vmi(&vmi.namespace, &vmi.name).map(|v| v.resource_version.as_str()), &vmi.resource_version)
+            {
+                return None;
+            }
+            let touched = Touched::Vmi(vmi.namespace.clone(), vmi.name.clone());
+            cache.upsert_vmi(vmi);
+            Some(touched)
+        }
+        Object::Usage(usage) => {
+            if !newer(
+                cache.usage(&usage.namespace, &usage.name).map(|u| u.resource_version.as_str()),
+                &usage.resource_version,
+            ) {
+                return None;
+            }
+            cache.upsert_usage(usage);
+            Some(Touched::Quiet)
+        }
+        Object::Class(class) => {
+            if !newer(cache.class(&class.name).map(|c| c.resource_version.as_str()), &class.resource_version) {
+                return None;
+            }
+            let spec_changed = cache.class(&class.name).is_none_or(|cached| {
+                (&cached.resource_name, &cached.node_selector, &cached.tolerations, cached.max_count)
+                    != (&class.resource_name, &class.node_selector, &class.tolerations, class.max_count)
+            });
+            cache.upsert_class(class);
+            Some(if spec_changed { Touched::Pod } else { Touched::Quiet })
+        }
+        Object::Node(node) => {
+            if !newer(cache.node(&node.name).map(|n| n.resource_version.as_str()), &node.resource_version) {
+                return None;
+            }
+            let touched = Touched::Node(node.name.clone());
+            cache.upsert_node(node);
+            Some(touched)
+        }
+    }
+}
+
+fn delete(cache: &mut View, kind: Kind, namespace: String, name: String, at: u64) -> Option<Touched> {
+    // A cached object newer than the deletion is a re-creation the cache already saw: keep it.
+    let keep = |cached: &str| revision(cached) > at;
+    match kind {
+        Kind::Claim => {
+            if cache.claim(&namespace, &name).is_none_or(|c| keep(&c.resource_version)) {
+                return None;
+            }
+            cache.remove_claim(&namespace, &name);
+            Some(Touched::Claim(namespace, name))
+        }
+        Kind::Pod => {
+            if cache.pod(&namespace, &name).is_none_or(|p| keep(&p.resource_version)) {
+                return None;
+            }
+            cache.remove_pod(&namespace, &name);
+            Some(Touched::Pod)
+        }
+        Kind::Vmi => {
+            if cache.vmi(&namespace, &name).is_none_or(|v| keep(&v.resource_version)) {
+                return None;
+            }
+            cache.remove_vmi(&namespace, &name);
+            Some(Touched::Vmi(namespace, name))
+        }
+        Kind::Usage => {
+            if cache.usage(&namespace, &name).is_none_or(|u| keep(&u.resource_version)) {
+                return None;
+            }
+            cache.remove_usage(&namespace, &name);
+            Some(Touched::Quiet)
+        }
+        Kind::Class => {
+            if cache.class(&name).is_none_or(|c| keep(&c.resource_version)) {
+                return None;
+            }
+            cache.remove_class(&name);
+            Some(Touched::Pod)
+        }
+        Kind::Node => {
+            if cache.node(&name).is_none_or(|n| keep(&n.resource_version)) {
+                return None;
+            }
+            cache.remove_node(&name);
+            Some(Touched::Node(name))
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The GPU controller as it runs in a cluster: its own cache, fed by the API server's watch after a lag, a work
+//! queue of the keys the watch brought, the engine's `reconcile_changes` over the cache, and its writes sent
+//! through the API server as its service account.
+//!
+//! A successful write is written through to the cache at once (client-go's mutation cache does the same for a
+//! controller's own objects), so the next pass never decides on units it has already spent; the watch event of that
+//! write then arrives with a revision the cache already holds and changes nothing. The keys its writes touched go
+//! back on its queue as the echo would put them (one lag later): a pass's writes can enable the next step (a
+//! released claim frees the name a new run's template claim needs). A refused write (a conflict, an
+//! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
+//! reconciles again, as controller-runtime requeues with backoff.
+
+use gpuclaim_engine::controller::{Action, Changes, reconcile, reconcile_changes};
+use gpuclaim_engine::model::{Time, View};
+
+use crate::apiserver::watch::{Change, Touched, observe};
+
+/// The controller's service account (the settings name it as the template-claim creator).
+pub fn service_account(namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:gpuclaim")
+}
+
+/// The GPU controller's state between passes.
+#[derive(Debug)]
+pub struct GpuController {
+    cache: View,
+    changes: Changes,
+    /// Something arrived since the last pass.
+    dirty: bool,
+    /// The next pass is a full one (a new leader's first, a resync).
+    resync: bool,
+    pub user: String,
+}
+
+impl GpuController {
+    /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
+    pub fn new(synced: View, user: String) -> Self {
+        GpuController { cache: synced, changes: Changes::default(), dirty: true, resync: false, user }
+    }
+
+    pub fn cache(&self) -> &View {
+        &self.cache
+    }
+
+    /// Whether a pass has work: something arrived since the last one.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// A watch event: into the cache, its key onto the work queue.
+    pub fn observe(&mut self, change: Change) {
+        let Some(touched) = observe(&mut self.cache, change) else { return };
+        match touched {
+            Touched::Claim(namespace, name) => {
+                self.changes.claims.insert((namespace, name));
+            }
+            Touched::Vmi(namespace, name) => {
+                self.changes.vmis.insert((namespace, name));
+            }
+            Touched::Node(name) => {
+                self.changes.nodes.insert(name);
+            }
+            Touched::Pod => {}
+            Touched::Quiet => return,
+        }
+        self.dirty = true;
+    }
+
+    /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
+    pub fn written(&mut self, change: Change) {
+        self.observe(change);
+    }
+
+    /// The next pass goes over everything (a new leader's first pass).
+    pub fn resync(&mut self) {
+        self.resync = true;
+        self.dirty = true;
+    }
+
+    /// One pass over what the queue holds (over everything after [`GpuController::resync`]): the actions to write,
+    /// in order.
+    pub fn reconcile(&mut self, now: Time) -> Vec<Action> {
+        self.dirty = false;
+        let changes = std::mem::take(&mut self.changes);
+        if std::mem::take(&mut self.resync) {
+            return reconcile(&self.cache, now);
+        }
+        reconcile_changes(&self.cache, now, &changes)
+    }
+
+    /// A write was refused: the keys it touched go back on the queue for the next pass.
+    pub fn requeue(&mut self, action: &Action) {
+        self.dirty = true;
+        match action {
+            Action::CreateClaim { claim, .. }
+            | Action::UpdateClaim { claim, .. }
+            | Action::DeleteClaim { claim, .. } => {
+                self.changes.claims.insert((claim.namespace.clone(), claim.name.clone()));
+            }
+            Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => {
+                if let Some(vmi) = self.cache.pod(&pod.namespace, &pod.name).and_then(|p| p.owner_vmi.clone()) {
+                    self.changes.vmis.insert((pod.namespace.clone(), vmi.name));
+                }
+            }
+            Action::OpenUsage { .. }
+            | Action::CloseUsage { .. }
+            | Action::PublishClass { .. }
+            | Action::Event { .. } => {}
+        }
+    }
+}

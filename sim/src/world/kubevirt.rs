@@ -1,0 +1,230 @@
+//! KubeVirt's actors: the VM controller (render, VMI create with rate-limited retries), the VMI controller
+//! (launcher create, deletion of finished VMIs), virt-handler (Running, stop).
+
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
+use gpuclaim_engine::rules::{VmRender, render_vm};
+
+use super::{Event, StartFailure, VmSpec, VmState, World, WorldError};
+use crate::kernel::Millis;
+use crate::kubevirt::start::start_backoff_seconds;
+use crate::launcher::render_launcher;
+
+impl World {
+    /// A tenant creates a VM (with the held claim it ordered for it, if any); the VM controller syncs it at once.
+    pub(super) fn create_vm(&mut self, spec: VmSpec, ordered_claim: Option<String>) -> Result<(), WorldError> {
+        let key = (spec.namespace.clone(), spec.name.clone());
+        let state = VmState { spec, ordered_claim, halted: false, start_failure: None, vmi_ran: false };
+        self.vms.insert(key.clone(), state);
+        self.sync_vm(&key.0, &key.1)
+    }
+
+    /// KubeVirt's VM controller (runStrategy Always): a VMI that ended goes, counting a start failure when it never
+    /// ran; a new one is created once the start backoff allows (the VM shows `CrashLoopBackOff` meanwhile). The VMI is
+    /// rendered and created through the VMI webhook; a refused create is retried through the work queue's rate
+    /// limiter (condition `Failure`, reason `FailedCreate`), which counts no start failure: no VMI existed.
+    pub(super) fn sync_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let Some(vm) = self.vms.get(&key) else { return Ok(()) };
+        if vm.halted {
+            return Ok(());
+        }
+        if let Some(vmi) = self.api.store().vmi(namespace, name) {
+            if !vmi.phase.is_final() {
+                return Ok(());
+            }
+            let uid = vmi.uid.clone();
+            let counted = vm.start_failure.as_ref().is_some_and(|failure| failure.last_failed_vmi_uid == uid);
+            if !vm.vmi_ran && !counted {
+                let consecutive = vm.start_failure.as_ref().map_or(0, |failure| failure.consecutive) + 1;
+                let delay = Millis::seconds(start_backoff_seconds(consecutive, self.streams.of("vm-controller")));
+                let retry_after = self.now() + delay;
+                let failure = StartFailure { consecutive, last_failed_vmi_uid: uid, retry_after };
+                self.vms.get_mut(&key).expect("read above").start_failure = Some(failure);
+            }
+            self.remove_vmi(namespace, name)?;
+        }
+        let vm = &self.vms[&key];
+        if let Some(failure) = vm.start_failure.as_ref().filter(|failure| failure.retry_after > self.now()) {
+            let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
+            let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
+            self.record("vm-controller", &format!("VirtualMachine {namespace}/{name}"), "CrashLoopBackOff", fields)?;
+            let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            return self.schedule_at(retry_after, event);
+        }
+        let vm = &self.vms[&key];
+        let object = format!("VirtualMachine {namespace}/{name}");
+        let mut vmi = Vmi {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: format!("uid-vmi-{name}-{}", self.kernel.handled()),
+            ..Vmi::default()
+        };
+        vmi.labels.insert("kubevirt.io/domain".to_owned(), name.to_owned());
+        match render_vm(&vm.spec.gpus, self.claims_enabled) {
+            Ok(VmRender::Nothing) => {}
+            Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus,
+            Ok(VmRender::References { annotation }) => {
+                vmi.labels.insert(keys::LABEL_CLAIMS.to_owned(), keys::TRUE.to_owned());
+                vmi.annotations.insert(keys::ANNOTATION_CLAIMS.to_owned(), annotation);
+            }
+            Err(refusal) => {
+                let reason = gpuclaim_engine::rules::Refusal::reason(&refusal);
+                return self.refused("vm-controller", &object, "RenderRefused", reason, refusal.to_string());
+            }
+        }
+        let item = format!("{namespace}/{name}");
+        match self.api.create_vmi(vmi) {
+            Ok(_) => {
+                self.vm_retries.forget(&item);
+                self.vms.get_mut(&key).expect("read above").vmi_ran = false;
+                self.record("vm-controller", &format!("VirtualMachineInstance {namespace}/{name}"), "Created", vec![])?;
+                let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: name.to_owned() };
+                self.schedule_at(self.now(), event)
+            }
+            Err(error) => {
+                self.refused("vm-controller", &object, "FailedCreate", error.reason(), error.to_string())?;
+                let retry = self.vm_retries.when(&item, self.now());
+                let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+                self.schedule_at(self.now() + retry, event)
+            }
+        }
+    }
+
+    /// KubeVirt's VMI controller: the launcher pod, through the pod webhook; the VMI goes to Scheduling. A refused
+    /// create is retried through the controller's rate limiter.
+    pub(super) fn create_launcher(&mut self, namespace: &str, vmi_name: &str) -> Result<(), WorldError> {
+        let Some(vmi) = self.api.store().vmi(namespace, vmi_name) else { return Ok(()) };
+        if vmi.phase != VmiPhase::Pending || self.api.store().vmi_pods(namespace, vmi_name).next().is_some() {
+            return Ok(());
+        }
+        let Some(vm) = self.vms.get(&(namespace.to_owned(), vmi_name.to_owned())) else { return Ok(()) };
+        let name = format!("virt-launcher-{vmi_name}-{:05}", self.kernel.handled() % 100_000);
+        let pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
+        let object = format!("Pod {namespace}/{name}");
+        let item = format!("{namespace}/{vmi_name}");
+        match self.api.create_pod(pod) {
+            Ok(pod) => {
+                let gated = !pod.scheduling_gates.is_empty();
+                self.vmi_retries.forget(&item);
+                self.record("vmi-controller", &object, "Created", vec![("gated", gated.to_string())])?;
+                self.api
+                    .update_vmi(namespace, vmi_name, |vmi| vmi.phase = VmiPhase::Scheduling)
+                    .expect("the VMI was read above");
+                self.schedule_at(self.now(), Event::Schedule { namespace: namespace.to_owned(), pod: name })
+            }
+            Err(error) => {
+                let vmi_object = format!("VirtualMachineInstance {namespace}/{vmi_name}");
+                self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
+                let retry = self.vmi_retries.when(&item, self.now());
+                let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi_name.to_owned() };
+                self.schedule_at(self.now() + retry, event)
+            }
+        }
+    }
+
+    /// virt-handler: the domain runs.
+    pub(super) fn vmi_running(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let Some(vmi) = self.api.store().vmi(namespace, name) else { return Ok(()) };
+        if vmi.phase != VmiPhase::Scheduled {
+            return Ok(());
+        }
+        let node = vmi.node_name.clone().unwrap_or_default();
+        self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
+        let object = format!("VirtualMachineInstance {namespace}/{name}");
+        self.record("virt-handler", &object, "Running", vec![("node", node)])?;
+        self.stats.vm_starts += 1;
+        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
+            vm.vmi_ran = true;
+            vm.start_failure = None;
+        }
+        let lifetime = self.vms.get(&(namespace.to_owned(), name.to_owned())).and_then(|vm| vm.spec.lifetime);
+        if let Some(lifetime) = lifetime {
+            let stop = Event::StopVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            self.schedule_at(self.now() + lifetime, stop)?;
+        }
+        Ok(())
+    }
+
+    /// The tenant stops the VM (runStrategy Halted, which also clears its start failures): the VMI ends
+    /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM.
+    pub(super) fn stop_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
+            vm.halted = true;
+            vm.start_failure = None;
+        }
+        let Some(vmi) = self.api.store().vmi(namespace, name) else { return Ok(()) };
+        if vmi.phase.is_final() {
+            return Ok(());
+        }
+        self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
+        self.record("virt-handler", &format!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
+        let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
+        for pod in pods {
+            self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
+        }
+        let delete = Event::DeleteVmi { namespace: namespace.to_owned(), vmi: name.to_owned() };
+        self.schedule_at(self.now() + self.timing.vmi_delete_after, delete)
+    }
+
+    /// KubeVirt deletes a finished VMI. A halted VM's tenant then deletes the VM (and the held claim it ordered for
+    /// it); a VM that should run gets a new VMI from the VM controller.
+    pub(super) fn delete_vmi(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        if self.api.store().vmi(namespace, name).is_none_or(|vmi| !vmi.phase.is_final()) {
+            return Ok(());
+        }
+        self.remove_vmi(namespace, name)?;
+        let key = (namespace.to_owned(), name.to_owned());
+        if !self.vms.get(&key).is_some_and(|vm| vm.halted) {
+            return self.schedule_at(self.now(), Event::SyncVm { namespace: key.0, vm: key.1 });
+        }
+        if let Some(vm) = self.vms.remove(&key)
+            && let Some(claim) = vm.ordered_claim
+            && self.api.delete_claim(namespace, &claim, None).is_ok()
+        {
+            self.record("tenant", &format!("GPUClaim {namespace}/{claim}"), "Deleted", vec![])?;
+        }
+        Ok(())
+    }
+
+    /// The VMI goes, and with it (the garbage collector) its pods and template claims.
+    fn remove_vmi(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
+        for pod in &pods {
+            self.scheduler_forget(namespace, pod);
+        }
+        if self.api.delete_vmi(namespace, name).is_err() {
+            return Ok(());
+        }
+        self.record("vmi-controller", &format!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
+        self.scheduler_cluster_changed()
+    }
+
+    /// Something deletes a VM's launcher.
+    pub(super) fn delete_launcher(&mut self, namespace: &str, vm: &str) -> Result<(), WorldError> {
+        let pods: Vec<String> = self.api.store().vmi_pods(namespace, vm).map(|pod| pod.name.clone()).collect();
+        for pod in pods {
+            self.scheduler_forget(namespace, &pod);
+            if self.api.delete_pod(namespace, &pod).is_ok() {
+                self.record("operator", &format!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+            }
+        }
+        self.scheduler_cluster_changed()?;
+        self.launcher_gone(namespace, vm)
+    }
+
+    /// KubeVirt's VMI controller: a VMI whose pods are all gone while it is scheduling or running has failed
+    /// ("setting VMI to failed during scheduling because pod does not exist"); the VM controller takes it from there.
+    pub(super) fn launcher_gone(&mut self, namespace: &str, vmi: &str) -> Result<(), WorldError> {
+        let Some(current) = self.api.store().vmi(namespace, vmi) else { return Ok(()) };
+        let live = matches!(current.phase, VmiPhase::Scheduling | VmiPhase::Scheduled | VmiPhase::Running);
+        if !live || self.api.store().vmi_pods(namespace, vmi).next().is_some() {
+            return Ok(());
+        }
+        let was = format!("{:?}", current.phase);
+        self.api.update_vmi(namespace, vmi, |vmi| vmi.phase = VmiPhase::Failed).expect("read above");
+        let object = format!("VirtualMachineInstance {namespace}/{vmi}");
+        self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
+        self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.to_owned(), vm: vmi.to_owned() })
+    }
+}

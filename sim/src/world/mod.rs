@@ -1,0 +1,400 @@
+//! One world, one loop: the API server, KubeVirt's controllers, the scheduler, the kubelets and the GPU controller,
+//! driven by the kernel's events in virtual time. Each actor's handlers live in their own file; this one owns the
+//! loop, the events and the state they share.
+//!
+//! Same-time events run in the order they were scheduled. Every transition is one event-log line.
+
+mod controller;
+mod deployment;
+mod kubevirt;
+mod migrations;
+mod nodes;
+mod scheduling;
+mod workloads;
+
+use std::collections::BTreeMap;
+
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{Node, Time, View};
+use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+
+use crate::apiserver::ApiServer;
+use crate::gpu_controller::{GpuController, service_account};
+use crate::kernel::{Kernel, KernelError, Millis, RunError};
+use crate::kubevirt::start::RateLimiter;
+use crate::log::{EventLog, LogError, Record};
+use crate::rng::Streams;
+use crate::scheduler::Requested;
+use crate::scheduling_queue::SchedulingQueue;
+
+pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
+pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
+pub use workloads::Workload;
+
+/// A VirtualMachine as the tenant's chart renders it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmSpec {
+    pub namespace: String,
+    pub name: String,
+    pub gpus: Vec<GpuEntry>,
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    /// How long the VM runs once Running, then stops (`None`: until the end).
+    pub lifetime: Option<Millis>,
+}
+
+/// The twin's timing (virtual), with defaults read off real clusters.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Watch delivery to the GPU controller's cache.
+    pub watch_lag: Millis,
+    /// Launcher start on the kubelet: image pull, sandbox, virt-launcher up (uniform in this range).
+    pub pod_start: (Millis, Millis),
+    /// virt-handler: pod running → VMI Running.
+    pub vmi_running_after: Millis,
+    /// KubeVirt deletes a finished VMI this long after it ended.
+    pub vmi_delete_after: Millis,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        // Fixture 07 (a real VMI): Scheduling → Scheduled 11 s (pod ready), Scheduled → Running 2 s.
+        Timing {
+            watch_lag: Millis(100),
+            pod_start: (Millis::seconds(5), Millis::seconds(15)),
+            vmi_running_after: Millis::seconds(2),
+            vmi_delete_after: Millis::seconds(1),
+        }
+    }
+}
+
+/// What happens, one event at a time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A tenant creates (and starts) a VM.
+    CreateVm(VmSpec),
+    /// KubeVirt's VM controller syncs a VM: creates its VMI (again, after a refused create).
+    SyncVm { namespace: String, vm: String },
+    /// KubeVirt's VMI controller creates the VMI's launcher (again, after a refused create).
+    CreateLauncher { namespace: String, vmi: String },
+    /// Watch events reach the GPU controller's cache.
+    WatchDeliver,
+    /// The GPU controller's work queue runs.
+    ControllerWake,
+    /// The scheduler considers a pod.
+    Schedule { namespace: String, pod: String },
+    /// The scheduler moves pods unschedulable for too long back to its active queue.
+    SchedulerFlush,
+    /// The kubelet has started a pod.
+    PodStarted { namespace: String, pod: String },
+    /// virt-handler reports the VMI running.
+    VmiRunning { namespace: String, vmi: String },
+    /// The tenant stops the VM: the VMI shuts down, its launcher exits.
+    StopVm { namespace: String, vm: String },
+    /// KubeVirt deletes the finished VMI; the garbage collector takes its dependents.
+    DeleteVmi { namespace: String, vmi: String },
+    /// The next VM of a workload arrives.
+    Arrival { workload: usize },
+    /// The webhook Service's ready endpoints change (an outage at 0).
+    SetWebhookReplicas(u32),
+    /// Nodes join the cluster.
+    AddNodes(Vec<Node>),
+    /// A node is cordoned (`true`) or uncordoned.
+    Cordon { node: String, cordoned: bool },
+    /// Something deletes a VM's launcher pod (a controller, an operator).
+    DeleteLauncher { namespace: String, vm: String },
+    /// A node's kubelet stops posting status (the machine is lost, or cut off).
+    NodeLost { node: String },
+    /// The node lifecycle controller's grace period for a silent node ran out.
+    NodeNotReady { node: String, since: Millis },
+    /// The taint manager evicts the pods of a node unreachable for their toleration.
+    EvictUnreachable { node: String, since: Millis },
+    /// The kubelet of a lost node posts status again.
+    NodeRecovered { node: String },
+    /// A user asks to live-migrate a VMI.
+    Migrate { namespace: String, vmi: String },
+    /// The migration controller checks a target pod's pending timeouts.
+    MigrationTimeout { uid: String },
+    /// A migration's copy is done: the VMI switches to the target.
+    MigrationHandoff { uid: String },
+    /// `kubectl drain`: cordon and evacuate.
+    Drain { node: String },
+    /// The evacuation controller retries a drain's migrations.
+    Evacuate { node: String },
+    /// A GPU controller replica's process crashes (the kubelet restarts it).
+    ControllerCrash { index: usize },
+    /// A replica's container starts (after a crash).
+    ReplicaStart { index: usize },
+    /// A replica's new pod starts on another node (after an eviction).
+    ReplicaMoved { index: usize, node: String },
+    /// A replica's caches have synced: it serves webhooks.
+    ReplicaSynced { index: usize },
+    /// A standby replica's leader-election retry tick once the lease has expired.
+    LeaseAcquire { index: usize },
+    /// kubectl drain evicts the controller replicas on a node (retried while the budget refuses).
+    EvictReplicas { node: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Counts a run reports besides its log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// VMIs that reached Running.
+    pub vm_starts: u64,
+    /// `<what>:<reason>` → how often: refused creates, refused controller writes, refused orders.
+    pub refusals: BTreeMap<String, u64>,
+    /// Reconcile passes the GPU controller ran.
+    pub controller_passes: u64,
+}
+
+/// A VM KubeVirt's VM controller keeps.
+#[derive(Clone, Debug)]
+struct VmState {
+    spec: VmSpec,
+    /// A held claim the tenant ordered for this VM and deletes when it is done.
+    ordered_claim: Option<String>,
+    /// The tenant stopped it (runStrategy Halted): once its VMI is gone, the tenant deletes it.
+    halted: bool,
+    /// `status.startFailure`: VMIs that ended without running, in a row.
+    start_failure: Option<StartFailure>,
+    /// The current VMI reached Running (its `phaseTransitionTimestamps` has a Running entry).
+    vmi_ran: bool,
+}
+
+/// KubeVirt's `vm.status.startFailure`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StartFailure {
+    consecutive: u32,
+    last_failed_vmi_uid: String,
+    retry_after: Millis,
+}
+
+/// The whole twin.
+pub struct World {
+    kernel: Kernel<Event>,
+    streams: Streams,
+    log: EventLog,
+    timing: Timing,
+    /// The API server and its store.
+    pub api: ApiServer,
+    controller: GpuController,
+    /// Whether references may be rendered (the `_cluster` switch).
+    pub claims_enabled: bool,
+    vms: BTreeMap<(String, String), VmState>,
+    /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
+    vm_retries: RateLimiter,
+    vmi_retries: RateLimiter,
+    /// Migrations by uid, and the number handed out so far.
+    migrations: BTreeMap<String, Migration>,
+    migration_seq: u64,
+    /// The GPU controller's Deployment: replicas, the leader.
+    deployment: deployment::Deployment,
+    /// Nodes being drained.
+    drains: BTreeMap<String, migrations::Drain>,
+    /// Nodes whose kubelet is silent, since when.
+    silent_nodes: BTreeMap<String, Millis>,
+    /// The scheduler's own count of what the pods bound to each node request.
+    requested: BTreeMap<String, Requested>,
+    scheduling_queue: SchedulingQueue,
+    /// The earliest ControllerWake scheduled and not yet run.
+    wake_at: Option<Millis>,
+    /// Consecutive passes that ended on a refused write (the controller's requeue backoff).
+    controller_failures: u32,
+    stats: Stats,
+    workloads: Vec<Workload>,
+    /// The log's hash once the log was taken.
+    closed_hash: Option<String>,
+    /// The Unix time virtual zero stands for (engine times are absolute).
+    epoch_ms: i64,
+}
+
+impl World {
+    /// A world whose API server holds `store`. The GPU controller runs as the chart deploys it (2 replicas, see
+    /// [`World::deploy_controller`]), its cache synced with the store; unless the store's settings already name a
+    /// template-claim creator, they name the controller's service account, as the chart's settings ConfigMap does.
+    pub fn new(seed: u64, mut store: View, timing: Timing, log: EventLog) -> Self {
+        let user = store
+            .settings
+            .template_claim_creator
+            .get_or_insert_with(|| service_account(keys::DEFAULT_CONTROLLER_NAMESPACE))
+            .clone();
+        let mut api = ApiServer::new(store.clone(), 1_000);
+        api.watch().lag = timing.watch_lag;
+        let mut world = World {
+            kernel: Kernel::new(),
+            streams: Streams::new(seed),
+            log,
+            timing,
+            api,
+            controller: GpuController::new(store, user),
+            claims_enabled: true,
+            vms: BTreeMap::new(),
+            vm_retries: RateLimiter::default(),
+            vmi_retries: RateLimiter::default(),
+            requested: BTreeMap::new(),
+            silent_nodes: BTreeMap::new(),
+            migrations: BTreeMap::new(),
+            migration_seq: 0,
+            drains: BTreeMap::new(),
+            deployment: deployment::Deployment::default(),
+            scheduling_queue: SchedulingQueue::default(),
+            wake_at: None,
+            controller_failures: 0,
+            stats: Stats::default(),
+            workloads: Vec::new(),
+            closed_hash: None,
+            epoch_ms: 1_800_000_000_000,
+        };
+        world.deploy_controller(deployment::DeploymentSpec::default());
+        world
+    }
+
+    /// The API server's store: the cluster as it is.
+    pub fn store(&self) -> &View {
+        self.api.store()
+    }
+
+    /// The GPU controller's cache: the cluster as the controller last saw it.
+    pub fn controller_cache(&self) -> &View {
+        self.controller.cache()
+    }
+
+    pub fn now(&self) -> Millis {
+        self.kernel.now()
+    }
+
+    pub fn log_hash(&self) -> String {
+        self.closed_hash.clone().unwrap_or_else(|| self.log.hash())
+    }
+
+    /// Ends the log (its sink flushed and closed); the hash stays readable.
+    pub fn take_log(&mut self) -> EventLog {
+        let hash_keeper = EventLog::new(None);
+        let log = std::mem::replace(&mut self.log, hash_keeper);
+        self.closed_hash = Some(log.hash());
+        log
+    }
+
+    pub fn schedule_at(&mut self, at: Millis, event: Event) -> Result<(), WorldError> {
+        Ok(self.kernel.schedule_at(at, event)?)
+    }
+
+    /// Runs until `until`, at most `events_max` events.
+    pub fn run(&mut self, until: Millis, events_max: u64) -> Result<u64, WorldError> {
+        let mut kernel = std::mem::take(&mut self.kernel);
+        let result = kernel.run(until, events_max, |kernel, at, event| {
+            std::mem::swap(&mut self.kernel, kernel);
+            let outcome = self.step(at, event);
+            std::mem::swap(&mut self.kernel, kernel);
+            outcome
+        });
+        self.kernel = kernel;
+        result.map_err(|e| match e {
+            RunError::Kernel(e) => WorldError::Kernel(e),
+            RunError::Step(e) => e,
+        })
+    }
+
+    fn time(&self) -> Time {
+        Time::from_millisecond(self.epoch_ms + self.kernel.now().0 as i64).expect("virtual time stays in range")
+    }
+
+    fn record(&mut self, actor: &str, object: &str, what: &str, fields: Vec<(&str, String)>) -> Result<(), WorldError> {
+        let record = Record { t_ms: self.kernel.now(), actor, object, what, fields };
+        Ok(self.log.record(&record)?)
+    }
+
+    /// Counts a refusal and logs it.
+    fn refused(
+        &mut self,
+        actor: &str,
+        object: &str,
+        what: &str,
+        reason: &str,
+        message: String,
+    ) -> Result<(), WorldError> {
+        *self.stats.refusals.entry(format!("{what}:{reason}")).or_insert(0) += 1;
+        self.record(actor, object, what, vec![("reason", reason.to_owned()), ("message", message)])
+    }
+
+    fn step(&mut self, _at: Millis, event: Event) -> Result<(), WorldError> {
+        let now = self.now();
+        self.api.watch().tick(now);
+        match event {
+            Event::CreateVm(vm) => self.create_vm(vm, None)?,
+            Event::SyncVm { namespace, vm } => self.sync_vm(&namespace, &vm)?,
+            Event::CreateLauncher { namespace, vmi } => self.create_launcher(&namespace, &vmi)?,
+            Event::WatchDeliver => self.deliver_watch()?,
+            Event::ControllerWake => self.controller_wake()?,
+            Event::Schedule { namespace, pod } => self.schedule_pod(&namespace, &pod)?,
+            Event::SchedulerFlush => self.flush_unschedulable()?,
+            Event::PodStarted { namespace, pod } => self.pod_started(&namespace, &pod)?,
+            Event::VmiRunning { namespace, vmi } => self.vmi_running(&namespace, &vmi)?,
+            Event::StopVm { namespace, vm } => self.stop_vm(&namespace, &vm)?,
+            Event::DeleteVmi { namespace, vmi } => self.delete_vmi(&namespace, &vmi)?,
+            Event::Arrival { workload } => self.arrival(workload)?,
+            Event::SetWebhookReplicas(replicas) => self.set_webhook_replicas(replicas)?,
+            Event::AddNodes(nodes) => self.add_nodes(nodes)?,
+            Event::Cordon { node, cordoned } => self.cordon(&node, cordoned)?,
+            Event::DeleteLauncher { namespace, vm } => self.delete_launcher(&namespace, &vm)?,
+            Event::NodeLost { node } => self.node_lost(&node)?,
+            Event::NodeNotReady { node, since } => self.node_not_ready(&node, since)?,
+            Event::EvictUnreachable { node, since } => self.evict_unreachable(&node, since)?,
+            Event::NodeRecovered { node } => self.node_recovered(&node)?,
+            Event::Migrate { namespace, vmi } => self.migrate(&namespace, &vmi, false)?,
+            Event::MigrationTimeout { uid } => self.migration_timeout(&uid)?,
+            Event::MigrationHandoff { uid } => self.migration_handoff(&uid)?,
+            Event::Drain { node } => self.drain(&node)?,
+            Event::Evacuate { node } => self.evacuate(&node)?,
+            Event::ControllerCrash { index } => self.replica_down(index, true)?,
+            Event::ReplicaStart { index } => self.replica_start(index, None)?,
+            Event::ReplicaMoved { index, node } => self.replica_start(index, Some(node))?,
+            Event::ReplicaSynced { index } => self.replica_synced(index)?,
+            Event::LeaseAcquire { index } => self.lease_acquire(index)?,
+            Event::EvictReplicas { node } => self.evict_replicas(&node)?,
+        }
+        // Whatever the step wrote reaches the controller's cache one lag later.
+        if let Some(due) = self.api.watch().delivery_due() {
+            self.schedule_at(due.max(self.now()), Event::WatchDeliver)?;
+        }
+        Ok(())
+    }
+
+    fn set_webhook_replicas(&mut self, replicas: u32) -> Result<(), WorldError> {
+        self.api.admission.ready_replicas = replicas;
+        self.record("webhook", "Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
+    }
+
+    /// Statistics of the run so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// VMIs that reached Running so far.
+    pub fn vm_starts(&self) -> u64 {
+        self.stats.vm_starts
+    }
+
+    pub fn events(&self) -> u64 {
+        self.kernel.handled()
+    }
+}
+
+/// A VM spec ordering `count` units of `class` through a claim template (tests and examples).
+pub fn template_vm(namespace: &str, name: &str, class: &str, count: u32) -> VmSpec {
+    VmSpec {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        gpus: vec![GpuEntry::ClaimTemplate(ClaimTemplate { class: class.to_owned(), count })],
+        cpu_millis: 4_000,
+        memory_bytes: 16 << 30,
+        lifetime: None,
+    }
+}

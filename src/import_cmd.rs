@@ -1,0 +1,73 @@
+//! `gpuclaim import`: glue over `gpuclaim_sim::import` (the mapping is there and in docs/import.md).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, anyhow};
+use gpuclaim_sim::import::nodes::{NodesOptions, import_nodes};
+use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb, parse_window};
+use gpuclaim_sim::import::{Imported, parse_seconds};
+
+pub struct Openb {
+    pub nodes: PathBuf,
+    pub pods: PathBuf,
+    pub out: PathBuf,
+    pub time_scale: f64,
+    pub window: Option<String>,
+    pub sample: u64,
+    pub sample_seed: Option<u64>,
+    pub shared_as_whole: bool,
+    pub name: Option<String>,
+}
+
+pub struct Nodes {
+    pub nodes: PathBuf,
+    pub out: PathBuf,
+    pub memory_per_cpu: String,
+    pub duration: String,
+    pub name: Option<String>,
+}
+
+pub fn openb(options: Openb) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut library = OpenbOptions::new(options.nodes, options.pods);
+    library.time_scale = options.time_scale;
+    if let Some(window) = &options.window {
+        library.window = parse_window(window)?;
+    }
+    library.sample = options.sample;
+    library.sample_seed = options.sample_seed;
+    library.shared = if options.shared_as_whole { SharedGpus::Whole } else { SharedGpus::Vgpu };
+    library.name = options.name;
+    let imported = import_openb(&library)?;
+    write(&imported, &options.out, started)
+}
+
+pub fn nodes(options: Nodes) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut library = NodesOptions::new(options.nodes);
+    let bytes = gpuclaim_engine::quantity::bytes(&options.memory_per_cpu)
+        .map_err(|e| anyhow!("--memory-per-cpu {:?}: {e}", options.memory_per_cpu))?;
+    library.memory_per_cpu_mib = bytes / (1 << 20);
+    library.duration_ms = parse_seconds(&options.duration).map_err(|e| anyhow!("--duration: {e}"))? * 1_000;
+    library.name = options.name;
+    let imported = import_nodes(&library)?;
+    write(&imported, &options.out, started)
+}
+
+/// Writes the scenario and prints what the import counted, with its wall time, as one JSON object.
+fn write(imported: &Imported, out: &Path, started: Instant) -> anyhow::Result<()> {
+    let file = std::fs::File::create(out).with_context(|| format!("failed to create {}", out.display()))?;
+    let mut writer = std::io::BufWriter::new(file);
+    imported
+        .write_yaml(&mut writer)
+        .and_then(|()| writer.flush())
+        .with_context(|| format!("writing {}", out.display()))?;
+    let mut summary = serde_json::json!(imported.summary);
+    summary["scenario"] = serde_json::json!(out.display().to_string());
+    summary["vms"] = serde_json::json!(imported.vms.len());
+    summary["import_seconds"] = serde_json::json!(started.elapsed().as_secs_f64());
+    println!("{summary}");
+    Ok(())
+}
