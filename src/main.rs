@@ -1,7 +1,9 @@
-//! `gpuclaim`: a thin command line over the engine (and, as they land, the twin, scenarios, reports and adapter).
+//! `gpuclaim`: a thin command line over the engine, the twin and the live adapter (and, as they land, scenarios
+//! and reports).
 //!
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 
+mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
 mod sim_cmd;
@@ -45,6 +47,8 @@ enum Command {
     },
     /// Prints the CRDs generated from the Rust types.
     Crds,
+    /// The live controller and webhook server (run in the cluster by the Helm chart).
+    Controller(controller_cmd::Args),
     /// Imports public GPU-cluster traces as scenarios (docs/import.md).
     Import {
         #[command(subcommand)]
@@ -139,6 +143,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             review_cmd::run(&options)?;
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
+        Command::Controller(args) => controller_cmd::run(args)?,
         Command::Import {
             command:
                 ImportCommand::Openb {

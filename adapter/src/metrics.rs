@@ -1,0 +1,169 @@
+//! The metrics the adapter exports (Prometheus text format): admission decisions, reconcile latency and writes,
+//! gated pods and their wait, published units per class, claims by phase, leadership.
+//!
+//! Gauges that describe the cluster are set from the view after each reconcile pass ([`Metrics::observe_view`]),
+//! so they say what the controller decided on, and a class or phase that disappears loses its series.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use gpuclaim_engine::model::{ClaimPhase, Time, View};
+use gpuclaim_engine::review::Outcome;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    admission: Family<Labels, Counter>,
+    reconcile_seconds: Histogram,
+    writes: Family<Labels, Counter>,
+    gated_pods: Gauge,
+    gated_wait_seconds_max: Gauge<f64, AtomicU64>,
+    allocatable_units: Family<Labels, Gauge>,
+    free_units: Family<Labels, Gauge>,
+    largest_free_on_node: Family<Labels, Gauge>,
+    claims: Family<Labels, Gauge>,
+    leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("gpuclaim");
+        let admission = Family::<Labels, Counter>::default();
+        registry.register(
+            "admission_decisions",
+            "Admission reviews answered, by webhook, decision (allowed, patched, denied) and refusal reason",
+            admission.clone(),
+        );
+        // 1 ms to ~16 s: a pass over a small cluster takes milliseconds, one over thousands of claims seconds.
+        let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time of one reconcile pass, its writes included",
+            reconcile_seconds.clone(),
+        );
+        let writes = Family::<Labels, Counter>::default();
+        registry.register("writes", "Writes to the API server, by action and result", writes.clone());
+        let gated_pods = Gauge::default();
+        registry.register("gated_pods", "Pods waiting at the placement gate", gated_pods.clone());
+        let gated_wait_seconds_max = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "gated_pod_wait_seconds_max",
+            "How long the longest-waiting gated pod has waited",
+            gated_wait_seconds_max.clone(),
+        );
+        let allocatable_units = Family::<Labels, Gauge>::default();
+        registry.register("class_allocatable_units", "Units on the nodes a class may use", allocatable_units.clone());
+        let free_units = Family::<Labels, Gauge>::default();
+        registry.register("class_free_units", "Units of a class not bound nor taken", free_units.clone());
+        let largest_free_on_node = Family::<Labels, Gauge>::default();
+        registry.register(
+            "class_largest_free_on_node_units",
+            "The most free units of a class on one node",
+            largest_free_on_node.clone(),
+        );
+        let claims = Family::<Labels, Gauge>::default();
+        registry.register("claims", "GPU claims by phase", claims.clone());
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica holds the lease and reconciles", leader.clone());
+        Metrics {
+            registry,
+            admission,
+            reconcile_seconds,
+            writes,
+            gated_pods,
+            gated_wait_seconds_max,
+            allocatable_units,
+            free_units,
+            largest_free_on_node,
+            claims,
+            leader,
+        }
+    }
+
+    /// Counts one answered review.
+    pub fn admission(&self, outcome: &Outcome) {
+        let decision = match (outcome.refusal, outcome.patched) {
+            (Some(_), _) => "denied",
+            (None, true) => "patched",
+            (None, false) => "allowed",
+        };
+        let labels = vec![
+            ("webhook", outcome.webhook.name().to_owned()),
+            ("decision", decision.to_owned()),
+            ("reason", outcome.refusal.unwrap_or_default().to_owned()),
+        ];
+        self.admission.get_or_create(&labels).inc();
+    }
+
+    pub fn reconciled(&self, took: Duration) {
+        self.reconcile_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Counts one write: `action` names the engine's action, `result` is `ok`, `conflict` or `error`.
+    pub fn write(&self, action: &'static str, result: &'static str) {
+        self.writes.get_or_create(&vec![("action", action.to_owned()), ("result", result.to_owned())]).inc();
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Sets the cluster gauges from the view, as of `now`.
+    pub fn observe_view(&self, view: &View, now: Time) {
+        let gated: Vec<Time> = view.gated_pods().map(|pod| pod.created).collect();
+        self.gated_pods.set(i64::try_from(gated.len()).unwrap_or(i64::MAX));
+        let oldest = gated.iter().min().map_or(0.0, |created| {
+            now.duration_since(*created).as_secs_f64().max(0.0) // a pod from the future (clock skew) waited 0 s
+        });
+        self.gated_wait_seconds_max.set(oldest);
+
+        self.allocatable_units.clear();
+        self.free_units.clear();
+        self.largest_free_on_node.clear();
+        for class in view.classes() {
+            let labels = vec![("class", class.name.clone())];
+            let set = |family: &Family<Labels, Gauge>, units: u64| {
+                family.get_or_create(&labels).set(i64::try_from(units).unwrap_or(i64::MAX));
+            };
+            set(&self.allocatable_units, class.published.allocatable_units);
+            set(&self.free_units, class.published.free_units);
+            set(&self.largest_free_on_node, class.published.largest_free_on_node);
+        }
+
+        let mut phases = [(ClaimPhase::Pending, 0_i64), (ClaimPhase::Bound, 0), (ClaimPhase::Attached, 0)];
+        for claim in view.claims() {
+            if let Some((_, count)) = phases.iter_mut().find(|(phase, _)| *phase == claim.phase) {
+                *count += 1;
+            }
+        }
+        for (phase, count) in phases {
+            self.claims.get_or_create(&vec![("phase", format!("{phase:?}"))]).set(count);
+        }
+    }
+
+    /// The exposition, in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String never fails");
+        text
+    }
+}

@@ -1,0 +1,158 @@
+//! The reconciler: watcher → store → reconcile → error policy, as kube-runtime composes a controller. The caches
+//! fill the view; on every change the leader runs the engine's pass (only over what changed, or over everything
+//! after a failure, a leadership change or a resync) and writes its actions.
+//!
+//! Error policy, by the error's kind: a stale view (409 Conflict, 404) refreshes the object and reconciles again
+//! after [`STALE_RETRY_DELAY`]; anything else backs off exponentially up to [`FAILURE_BACKOFF_MAX`]. Either way the
+//! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuclaim_engine::controller::{self, Action};
+use gpuclaim_engine::model::Time;
+use tokio::sync::watch;
+
+use crate::cache::Caches;
+use crate::metrics::Metrics;
+use crate::webhook::VIEW_UNPOISONED;
+use crate::writer::{WriteError, Writer};
+
+/// A full pass at least this often, whatever the watches say: a missed event cannot strand a waiter for long.
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(300);
+/// After a conflict: long enough for the watch to deliver the change that caused it.
+pub const STALE_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// The first backoff after a failed write, doubled per consecutive failure up to the maximum.
+pub const FAILURE_BACKOFF_MIN: Duration = Duration::from_secs(1);
+pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// What one pass did, and when to run the next.
+#[derive(Debug)]
+pub enum PassOutcome {
+    /// Every action written (`written` of them); the next pass may cover only what changes.
+    Done { written: usize },
+    /// The replica stopped leading mid-pass after `written` writes.
+    NotLeading { written: usize },
+    /// A write met a stale view; the object was refreshed. Retry (fully) after the delay.
+    Stale { error: WriteError, retry_after: Duration },
+    /// A write failed; retry (fully) after the backoff.
+    Failed { error: WriteError, retry_after: Duration },
+}
+
+pub struct Reconciler {
+    caches: Arc<Caches>,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    leading: watch::Receiver<bool>,
+    /// Whether the next pass must cover everything.
+    full: bool,
+    /// Consecutive failed passes, for the backoff.
+    failures: u32,
+}
+
+impl Reconciler {
+    pub fn new(caches: Arc<Caches>, writer: Writer, metrics: Arc<Metrics>, leading: watch::Receiver<bool>) -> Self {
+        Reconciler { caches, writer, metrics, leading, full: true, failures: 0 }
+    }
+
+    /// Reconciles while leading until `shutdown` completes. Waits for every cache to sync first: a pass on a view
+    /// missing VMIs would release every attached claim.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut synced = self.caches.synced();
+        tokio::select! {
+            _ = synced.wait_for(|kinds| kinds.len() == crate::cache::CacheKind::ALL.len()) => {}
+            () = &mut shutdown => return,
+        }
+        let mut last_full = Instant::now();
+        loop {
+            if !*self.leading.borrow() {
+                self.full = true;
+                tokio::select! {
+                    _ = self.leading.wait_for(|leading| *leading) => {}
+                    () = &mut shutdown => return,
+                }
+                tracing::info!("leading: reconciling");
+            }
+            if last_full.elapsed() >= RESYNC_INTERVAL {
+                self.full = true;
+            }
+            if self.full {
+                last_full = Instant::now();
+            }
+            let wait = match self.pass().await {
+                PassOutcome::Done { written } => {
+                    if written > 0 {
+                        tracing::info!(written, "reconciled");
+                    }
+                    None
+                }
+                PassOutcome::NotLeading { .. } => continue,
+                PassOutcome::Stale { error, retry_after } => {
+                    tracing::info!(%error, "view was stale; refreshed, reconciling again");
+                    Some(retry_after)
+                }
+                PassOutcome::Failed { error, retry_after } => {
+                    tracing::warn!(%error, ?retry_after, "write failed; backing off");
+                    Some(retry_after)
+                }
+            };
+            let idle = wait.unwrap_or_else(|| RESYNC_INTERVAL.saturating_sub(last_full.elapsed()));
+            tokio::select! {
+                () = self.caches.changed(), if wait.is_none() => {}
+                () = tokio::time::sleep(idle) => {}
+                _ = self.leading.changed() => {}
+                () = &mut shutdown => return,
+            }
+        }
+    }
+
+    /// One pass: decide on the view, write, and apply the error policy.
+    pub async fn pass(&mut self) -> PassOutcome {
+        let started = Instant::now();
+        let now = Time::now();
+        let changes = self.caches.take_changes();
+        let actions: Vec<Action> = {
+            let view = self.caches.view.read().expect(VIEW_UNPOISONED);
+            if self.full {
+                controller::reconcile(&view, now)
+            } else {
+                controller::reconcile_changes(&view, now, &changes)
+            }
+        };
+        let leading = self.leading.clone();
+        let result = self.writer.write_all(&actions, || *leading.borrow()).await;
+        self.metrics.reconciled(started.elapsed());
+        self.metrics.observe_view(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
+        match result {
+            Ok(written) if written == actions.len() => {
+                self.full = false;
+                self.failures = 0;
+                PassOutcome::Done { written }
+            }
+            Ok(written) => {
+                self.full = true;
+                PassOutcome::NotLeading { written }
+            }
+            Err(error) => {
+                self.full = true;
+                self.failures = self.failures.saturating_add(1);
+                if let WriteError::Stale { kind, object, .. } = &error {
+                    if let Err(refresh) = self.writer.refresh(*kind, object).await {
+                        let retry_after = backoff(self.failures);
+                        tracing::warn!(%object, error = %refresh, "failed to refresh a stale object");
+                        return PassOutcome::Failed { error, retry_after };
+                    }
+                    return PassOutcome::Stale { error, retry_after: STALE_RETRY_DELAY };
+                }
+                PassOutcome::Failed { error, retry_after: backoff(self.failures) }
+            }
+        }
+    }
+}
+
+/// FAILURE_BACKOFF_MIN · 2^(failures−1), at most FAILURE_BACKOFF_MAX.
+pub fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FAILURE_BACKOFF_MIN.saturating_mul(1 << doublings).min(FAILURE_BACKOFF_MAX)
+}

@@ -1,0 +1,480 @@
+//! Writing the reconciler's actions to the API server, each with its precondition: a merge patch carrying
+//! `metadata.resourceVersion` (the API server refuses it with 409 Conflict when the object changed since), a delete
+//! carrying the uid. Writes go out in the order the engine gives; the first that fails stops the pass, because later
+//! writes depend on earlier ones (a pod is pinned only after its claims are written).
+//!
+//! What a write returns is put into the view at once (read your own writes), so the next pass does not decide on
+//! the version the write replaced while the watch event is still on its way.
+//!
+//! How each action goes out:
+//! - `CreateClaim`: create (mark label, release finalizer, controller ownerReference to the VMI), then the status
+//!   with the resourceVersion the create returned.
+//! - `UpdateClaim`: a finalizer change first (the claim is read to keep other finalizers; it must still be at the
+//!   precondition), then the status with the resourceVersion that write returned.
+//! - `OpenUsage`: create, owned by its claim (whose uid comes from a create in the same pass when it is new).
+//! - `PinAndUngate`: ONE merge patch of the pod: the remaining scheduling gates and the pinned node-affinity terms.
+//! - `SetPodWaiting`: a strategic merge patch of the pod's status (conditions merge by type).
+//! - `Event`: a Kubernetes Event (events.k8s.io/v1) on the claim or pod; failures are logged, never fatal.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsage, GPUUsageSpec};
+use gpuclaim_engine::controller::{Action, Changes, ClaimStatus, EventKind, ObjectRef};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{Published, Reason, Time, Usage, View, VmiRef};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time as KubeTime};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder};
+use serde_json::{Value, json};
+
+use crate::cache::Cached;
+use crate::metrics::Metrics;
+use crate::webhook::{SharedView, VIEW_UNPOISONED};
+
+/// The field manager our writes are recorded under.
+pub const FIELD_MANAGER: &str = "gpuclaim-controller";
+
+/// Why a write failed, and what the reconciler should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The object changed (409) or is gone (404) since the view read it: refresh it and reconcile again.
+    #[error("{action} {object}: the object changed since it was read ({code}): {message}")]
+    Stale { action: &'static str, kind: ObjectKind, object: ObjectRef, code: u16, message: String },
+    /// Anything else (the API server unreachable, refused, invalid): back off and reconcile again.
+    #[error("{action} {object}: {source}")]
+    Failed { action: &'static str, object: ObjectRef, source: kube::Error },
+}
+
+/// The kinds the writer writes, to refresh the right one after a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectKind {
+    Claim,
+    Usage,
+    Pod,
+    Class,
+}
+
+pub struct Writer {
+    client: kube::Client,
+    view: SharedView,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    params: PatchParams,
+}
+
+impl Writer {
+    pub fn new(client: kube::Client, view: SharedView, recorder: Recorder, metrics: Arc<Metrics>) -> Writer {
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        Writer { client, view, recorder, metrics, params }
+    }
+
+    /// Writes a pass's actions in order, stopping at the first failure. `leading` is asked before each write, so a
+    /// replica that lost the lease mid-pass stops writing.
+    pub async fn write_all(&self, actions: &[Action], leading: impl Fn() -> bool) -> Result<usize, WriteError> {
+        let mut created: BTreeMap<(String, String), String> = BTreeMap::new();
+        for (written, action) in actions.iter().enumerate() {
+            if !leading() {
+                return Ok(written);
+            }
+            let result = self.write(action, &mut created).await;
+            let outcome = match &result {
+                Ok(()) => "ok",
+                Err(WriteError::Stale { .. }) => "stale",
+                Err(WriteError::Failed { .. }) => "error",
+            };
+            self.metrics.write(action_name(action), outcome);
+            result?;
+        }
+        Ok(actions.len())
+    }
+
+    /// Writes one action; `created` collects the uids of claims created in this pass.
+    pub async fn write(
+        &self,
+        action: &Action,
+        created: &mut BTreeMap<(String, String), String>,
+    ) -> Result<(), WriteError> {
+        match action {
+            Action::CreateClaim { claim, class, count, owner, status } => {
+                let uid = self.create_claim(claim, class, *count, owner, status).await?;
+                created.insert((claim.namespace.clone(), claim.name.clone()), uid);
+            }
+            Action::UpdateClaim { claim, precondition, finalizer, status } => {
+                let mut version = precondition.clone();
+                if let Some(keep) = finalizer {
+                    version = self.set_finalizer(claim, precondition, *keep).await?;
+                }
+                if let Some(status) = status {
+                    self.patch_claim_status(action_name(action), claim, &version, status).await?;
+                }
+            }
+            Action::DeleteClaim { claim, uid } => {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
+                api.delete(&claim.name, &params).await.map_err(|e| fail(action, ObjectKind::Claim, claim, e))?;
+                self.apply(|view, changes| {
+                    GPUClaim::remove(&(claim.namespace.clone(), claim.name.clone()), view, changes)
+                });
+            }
+            Action::OpenUsage { usage } => {
+                let claim_uid = match usage.claim_uid.as_str() {
+                    "" => created.get(&(usage.namespace.clone(), usage.claim.clone())).cloned().unwrap_or_default(),
+                    uid => uid.to_owned(),
+                };
+                let object = usage_object(usage, &claim_uid);
+                let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
+                let reference = ObjectRef::new(&usage.namespace, &usage.name);
+                let written = api
+                    .create(
+                        &PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() },
+                        &object,
+                    )
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Usage, &reference, e))?;
+                self.upsert(&written);
+            }
+            Action::CloseUsage { usage, precondition, end } => {
+                let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"endTime": KubeTime(*end)}});
+                let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
+                let written = api
+                    .patch(&usage.name, &self.params, &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Usage, usage, e))?;
+                self.upsert(&written);
+            }
+            Action::PinAndUngate { pod, precondition, node: _, terms } => {
+                let gates = self.remaining_gates(pod);
+                let patch = pin_and_ungate_patch(precondition, &gates, terms);
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let written = api
+                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
+                self.upsert(&written);
+            }
+            Action::SetPodWaiting { pod, precondition, waiting } => {
+                let patch = pod_waiting_patch(precondition, waiting, now());
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let written = api
+                    .patch_status(&pod.name, &self.params, &Patch::Strategic(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
+                self.upsert(&written);
+            }
+            Action::PublishClass { class, precondition, published } => {
+                let patch = publish_patch(precondition, published);
+                let api = Api::<GPUClass>::all(self.client.clone());
+                let reference = ObjectRef::new("", class);
+                let written = api
+                    .patch_status(class, &self.params, &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Class, &reference, e))?;
+                self.upsert(&written);
+            }
+            Action::Event { kind, object, reason, message } => self.event(*kind, object, reason, message).await,
+        }
+        Ok(())
+    }
+
+    async fn create_claim(
+        &self,
+        claim: &ObjectRef,
+        class: &str,
+        count: u32,
+        owner: &VmiRef,
+        status: &ClaimStatus,
+    ) -> Result<String, WriteError> {
+        let object = template_claim(claim, class, count, owner);
+        let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
+        let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
+        let written = api
+            .create(&params, &object)
+            .await
+            .map_err(|e| stale_or_failed("CreateClaim", ObjectKind::Claim, claim, e))?;
+        self.upsert(&written);
+        let version = written.metadata.resource_version.clone().unwrap_or_default();
+        self.patch_claim_status("CreateClaim", claim, &version, status).await?;
+        Ok(written.metadata.uid.unwrap_or_default())
+    }
+
+    /// Adds or removes our finalizer, keeping everyone else's; returns the new resourceVersion.
+    async fn set_finalizer(&self, claim: &ObjectRef, precondition: &str, keep: bool) -> Result<String, WriteError> {
+        let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
+        let current =
+            api.get(&claim.name).await.map_err(|e| stale_or_failed("UpdateClaim", ObjectKind::Claim, claim, e))?;
+        let version = current.metadata.resource_version.clone().unwrap_or_default();
+        if version != precondition {
+            self.upsert(&current);
+            let message = format!("read at resourceVersion {precondition}, now {version}");
+            return Err(WriteError::Stale {
+                action: "UpdateClaim",
+                kind: ObjectKind::Claim,
+                object: claim.clone(),
+                code: 409,
+                message,
+            });
+        }
+        let mut finalizers: Vec<String> = current
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f != keys::FINALIZER_RELEASE)
+            .collect();
+        if keep {
+            finalizers.push(keys::FINALIZER_RELEASE.to_owned());
+        }
+        let patch = json!({"metadata": {"resourceVersion": precondition, "finalizers": finalizers}});
+        let written = api
+            .patch(&claim.name, &self.params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| stale_or_failed("UpdateClaim", ObjectKind::Claim, claim, e))?;
+        self.upsert(&written);
+        Ok(written.metadata.resource_version.unwrap_or_default())
+    }
+
+    async fn patch_claim_status(
+        &self,
+        action: &'static str,
+        claim: &ObjectRef,
+        version: &str,
+        status: &ClaimStatus,
+    ) -> Result<(), WriteError> {
+        let patch = claim_status_patch(version, status, now());
+        let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
+        let written = api
+            .patch_status(&claim.name, &self.params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| stale_or_failed(action, ObjectKind::Claim, claim, e))?;
+        self.upsert(&written);
+        Ok(())
+    }
+
+    /// The pod's gates without ours, as the view read them at the precondition's resourceVersion.
+    fn remaining_gates(&self, pod: &ObjectRef) -> Vec<String> {
+        let view = self.view.read().expect(VIEW_UNPOISONED);
+        view.pod(&pod.namespace, &pod.name)
+            .map(|p| p.scheduling_gates.iter().filter(|g| *g != keys::GATE_PLACEMENT).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    async fn event(&self, kind: EventKind, object: &ObjectRef, reason: &str, message: &str) {
+        let (api_version, kind_name, uid) = {
+            let view = self.view.read().expect(VIEW_UNPOISONED);
+            match kind {
+                EventKind::Claim => (
+                    keys::API_VERSION,
+                    keys::KIND_CLAIM,
+                    view.claim(&object.namespace, &object.name).map(|c| c.uid.clone()),
+                ),
+                EventKind::Pod => ("v1", "Pod", view.pod(&object.namespace, &object.name).map(|p| p.uid.clone())),
+            }
+        };
+        let regarding = ObjectReference {
+            api_version: Some(api_version.to_owned()),
+            kind: Some(kind_name.to_owned()),
+            namespace: Some(object.namespace.clone()),
+            name: Some(object.name.clone()),
+            uid: uid.filter(|u| !u.is_empty()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(message.to_owned()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &regarding).await {
+            tracing::warn!(%object, reason, %error, "failed to record an event");
+        }
+    }
+
+    fn upsert<K: Cached>(&self, object: &K) {
+        let mut changes = Changes::default();
+        let mut view = self.view.write().expect(VIEW_UNPOISONED);
+        if let Err(error) = object.upsert(&mut view, &mut changes) {
+            tracing::warn!(%error, "cannot read back a written object");
+        }
+    }
+
+    fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) {
+        let mut changes = Changes::default();
+        change(&mut self.view.write().expect(VIEW_UNPOISONED), &mut changes);
+    }
+
+    /// Reads an object again after a conflict and puts it (or its absence) into the view.
+    pub async fn refresh(&self, kind: ObjectKind, object: &ObjectRef) -> Result<(), kube::Error> {
+        let key = (object.namespace.clone(), object.name.clone());
+        match kind {
+            ObjectKind::Claim => {
+                match Api::<GPUClaim>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
+                    Some(claim) => self.upsert(&claim),
+                    None => self.apply(|view, changes| GPUClaim::remove(&key, view, changes)),
+                }
+            }
+            ObjectKind::Usage => {
+                match Api::<GPUUsage>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
+                    Some(usage) => self.upsert(&usage),
+                    None => self.apply(|view, changes| GPUUsage::remove(&key, view, changes)),
+                }
+            }
+            ObjectKind::Pod => {
+                match Api::<Pod>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
+                    Some(pod) => self.upsert(&pod),
+                    None => self.apply(|view, changes| Pod::remove(&key, view, changes)),
+                }
+            }
+            ObjectKind::Class => match Api::<GPUClass>::all(self.client.clone()).get_opt(&object.name).await? {
+                Some(class) => self.upsert(&class),
+                None => self.apply(|view, changes| GPUClass::remove(&key, view, changes)),
+            },
+        }
+        Ok(())
+    }
+}
+
+fn now() -> Time {
+    Time::now()
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::CreateClaim { .. } => "CreateClaim",
+        Action::UpdateClaim { .. } => "UpdateClaim",
+        Action::DeleteClaim { .. } => "DeleteClaim",
+        Action::OpenUsage { .. } => "OpenUsage",
+        Action::CloseUsage { .. } => "CloseUsage",
+        Action::PinAndUngate { .. } => "PinAndUngate",
+        Action::SetPodWaiting { .. } => "SetPodWaiting",
+        Action::PublishClass { .. } => "PublishClass",
+        Action::Event { .. } => "Event",
+    }
+}
+
+fn fail(action: &Action, kind: ObjectKind, object: &ObjectRef, error: kube::Error) -> WriteError {
+    stale_or_failed(action_name(action), kind, object, error)
+}
+
+/// 409 (Conflict, AlreadyExists) and 404 mean the view is behind: refresh and retry. Anything else is a failure.
+fn stale_or_failed(action: &'static str, kind: ObjectKind, object: &ObjectRef, error: kube::Error) -> WriteError {
+    match error {
+        kube::Error::Api(status) if status.code == 409 || status.code == 404 => {
+            WriteError::Stale { action, kind, object: object.clone(), code: status.code, message: status.message }
+        }
+        source => WriteError::Failed { action, object: object.clone(), source },
+    }
+}
+
+/// A template claim as the controller creates it.
+pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef) -> GPUClaim {
+    let mut object = GPUClaim::new(&claim.name, GPUClaimSpec { class_name: class.to_owned(), count });
+    object.metadata = ObjectMeta {
+        name: Some(claim.name.clone()),
+        namespace: Some(claim.namespace.clone()),
+        labels: Some([(keys::LABEL_TEMPLATE_CLAIM.to_owned(), keys::TRUE.to_owned())].into()),
+        finalizers: Some(vec![keys::FINALIZER_RELEASE.to_owned()]),
+        owner_references: Some(vec![OwnerReference {
+            api_version: keys::kubevirt::API_VERSION.to_owned(),
+            kind: keys::kubevirt::KIND_VMI.to_owned(),
+            name: owner.name.clone(),
+            uid: owner.uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]),
+        ..ObjectMeta::default()
+    };
+    object
+}
+
+/// A usage record as the controller creates it, owned by its claim.
+pub fn usage_object(usage: &Usage, claim_uid: &str) -> GPUUsage {
+    let spec = GPUUsageSpec {
+        claim: usage.claim.clone(),
+        class_name: usage.class.clone(),
+        resource_name: usage.resource_name.clone(),
+        count: usage.count,
+        vmi: usage.vmi.clone(),
+        node: usage.node.clone(),
+        start_time: KubeTime(usage.start),
+        end_time: usage.end.map(KubeTime),
+    };
+    let mut object = GPUUsage::new(&usage.name, spec);
+    object.metadata.namespace = Some(usage.namespace.clone());
+    object.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: keys::API_VERSION.to_owned(),
+        kind: keys::KIND_CLAIM.to_owned(),
+        name: usage.claim.clone(),
+        uid: claim_uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    object
+}
+
+/// The claim status merge patch: every field explicit (null clears), the Bound condition saying why it waits.
+pub fn claim_status_patch(version: &str, status: &ClaimStatus, now: Time) -> Value {
+    let conditions = match (&status.pending, status.phase) {
+        (Some(reason), _) => vec![condition(keys::CONDITION_BOUND, "False", reason, now)],
+        (None, ClaimPhase::Bound | ClaimPhase::Attached) => {
+            let node = status.node.as_deref().unwrap_or_default();
+            let bound = Reason { reason: "Bound".to_owned(), message: format!("bound to node {node}") };
+            vec![condition(keys::CONDITION_BOUND, "True", &bound, now)]
+        }
+        (None, ClaimPhase::Pending) => Vec::new(),
+    };
+    json!({
+        "metadata": {"resourceVersion": version},
+        "status": {
+            "phase": status.phase,
+            "nodeName": status.node,
+            "attachedTo": status.attached_to,
+            "conditions": conditions,
+        }
+    })
+}
+
+fn condition(type_: &str, status: &str, reason: &Reason, now: Time) -> Value {
+    let at = KubeTime(now);
+    json!({"type": type_, "status": status, "reason": reason.reason, "message": reason.message, "lastTransitionTime": at})
+}
+
+/// Pin and ungate in one patch: the gates left besides ours, and the required terms with the pin.
+pub fn pin_and_ungate_patch(
+    version: &str,
+    gates: &[String],
+    terms: &[k8s_openapi::api::core::v1::NodeSelectorTerm],
+) -> Value {
+    let gates: Vec<Value> = gates.iter().map(|name| json!({"name": name})).collect();
+    json!({
+        "metadata": {"resourceVersion": version},
+        "spec": {
+            "schedulingGates": gates,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+        }
+    })
+}
+
+/// The pod's placement condition (False: it waits), merged by type into its conditions.
+pub fn pod_waiting_patch(version: &str, waiting: &Reason, now: Time) -> Value {
+    json!({
+        "metadata": {"resourceVersion": version},
+        "status": {"conditions": [condition(keys::CONDITION_PLACEMENT, "False", waiting, now)]}
+    })
+}
+
+pub fn publish_patch(version: &str, published: &Published) -> Value {
+    json!({
+        "metadata": {"resourceVersion": version},
+        "status": {
+            "allocatableUnits": published.allocatable_units,
+            "freeUnits": published.free_units,
+            "largestFreeOnNode": published.largest_free_on_node,
+        }
+    })
+}

@@ -1,0 +1,263 @@
+//! The Helm chart against the engine: its CRDs are the generated ones, every key it writes is the engine's, and
+//! (with helm at hand) the rendered manifests say what DESIGN.md §3 asks of the deployment.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::review::Webhook;
+use kube::Resource;
+use serde_json::Value;
+
+use crate::support::repo_root;
+
+const WEBHOOKS: [Webhook; 3] = [Webhook::Vmi, Webhook::Pod, Webhook::Order];
+
+fn chart() -> PathBuf {
+    repo_root().join("charts/gpuclaim")
+}
+
+/// The chart's own files: templates and values (the CRDs are checked on their own).
+fn chart_texts() -> Vec<(PathBuf, String)> {
+    let mut files = vec![chart().join("values.yaml")];
+    let mut templates: Vec<PathBuf> =
+        std::fs::read_dir(chart().join("templates")).unwrap().map(|e| e.unwrap().path()).collect();
+    templates.sort();
+    files.extend(templates);
+    files.into_iter().map(|path| (path.clone(), std::fs::read_to_string(&path).unwrap())).collect()
+}
+
+fn plurals() -> [String; 3] {
+    [GPUClass::plural(&()).into_owned(), GPUClaim::plural(&()).into_owned(), GPUUsage::plural(&()).into_owned()]
+}
+
+/// Every name of ours the chart may write: the engine's keys and what is built from them.
+fn our_names() -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = [
+        keys::GROUP,
+        keys::API_VERSION,
+        keys::LABEL_TEMPLATE_CLAIM,
+        keys::LABEL_CLAIMS,
+        keys::ANNOTATION_ATTACHMENTS,
+        keys::FINALIZER_RELEASE,
+        keys::GATE_PLACEMENT,
+        keys::LABEL_VGPU_ENTITLED,
+        keys::SETTINGS_CONFIGMAP,
+        keys::SETTINGS_TEMPLATE_CLAIM_CREATOR,
+        keys::DEFAULT_CONTROLLER_NAMESPACE,
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    names.extend(WEBHOOKS.map(|w| format!("{}.{}", w.name(), keys::GROUP)));
+    names.extend(plurals().map(|p| format!("{p}.{}", keys::GROUP)));
+    names
+}
+
+/// Words of a text that look like one of our names: they carry our group or our settings' prefix.
+fn our_words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || "./_-".contains(c)))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| w.contains(keys::GROUP) || w.starts_with("gpu-claims") || w.starts_with("templateClaim"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_stored_crds_are_the_ones_generated_from_the_types() {
+    let path = chart().join("crds/gpuclaim.yaml");
+    let stored = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        stored == gpuclaim_engine::api::crds_yaml(),
+        "{} drifted from the Rust types; regenerate it with `gpuclaim crds > charts/gpuclaim/crds/gpuclaim.yaml`",
+        path.display()
+    );
+}
+
+#[test]
+fn every_key_the_chart_writes_is_the_engines() {
+    let ours = our_names();
+    let mut used = BTreeSet::new();
+    for (path, text) in chart_texts() {
+        for word in our_words(&text) {
+            assert!(ours.contains(&word), "{}: {word:?} is not a key of gpuclaim_engine::keys", path.display());
+            used.insert(word);
+        }
+    }
+    // The ones the chart must write for the webhooks and the tamper policy to work.
+    for needed in [keys::GROUP, keys::LABEL_CLAIMS, keys::LABEL_TEMPLATE_CLAIM, keys::SETTINGS_CONFIGMAP] {
+        assert!(used.contains(needed), "the chart never writes {needed:?}");
+    }
+    assert!(used.contains(keys::SETTINGS_TEMPLATE_CLAIM_CREATOR));
+    let all: String = chart_texts().into_iter().map(|(_, text)| text).collect();
+    for webhook in WEBHOOKS {
+        assert!(all.contains(&format!("path: {}\n", webhook.path())), "no webhook points at {}", webhook.path());
+    }
+    for plural in plurals() {
+        assert!(all.contains(&format!("\"{plural}\"")), "the chart never names the resource {plural}");
+    }
+    assert!(all.contains(&format!("apiVersions: [\"{}\"]", keys::VERSION)));
+}
+
+#[test]
+fn the_key_scan_catches_a_key_the_engine_does_not_have() {
+    let words = our_words("objectSelector: {matchLabels: {gpu.cozystack.io/claim: \"true\"}} # gpu-claims-setting.");
+    let strays: Vec<&String> = words.iter().filter(|w| !our_names().contains(*w)).collect();
+    assert_eq!(strays, ["gpu-claims-setting", "gpu.cozystack.io/claim"]);
+}
+
+/// The helm binary: `$HELM`, else `helm` on the PATH; `None` (and a note saying how to get one) when neither runs.
+fn helm() -> Option<PathBuf> {
+    let candidate = std::env::var_os("HELM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("helm"));
+    match Command::new(&candidate).arg("version").output() {
+        Ok(output) if output.status.success() => Some(candidate),
+        _ => {
+            eprintln!(
+                "skipped: no helm ({}); `.ci/helm` fetches one and prints its path for HELM",
+                candidate.display()
+            );
+            None
+        }
+    }
+}
+
+fn helm_run(helm: &Path, args: &[&str]) -> String {
+    let output = Command::new(helm).args(args).arg(chart()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "helm {args:?} failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The rendered documents, as JSON values.
+fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
+    let mut args = vec!["template", "gpuclaim", "--namespace", keys::DEFAULT_CONTROLLER_NAMESPACE];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let text = helm_run(helm, &args);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| serde::Deserialize::deserialize(document).unwrap())
+        .filter(|document: &Value| !document.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+#[test]
+fn helm_lint_passes_and_the_switch_off_renders_nothing() {
+    let Some(helm) = helm() else { return };
+    helm_run(&helm, &["lint", "--strict", "--set", "gpu.enabled=true"]);
+    helm_run(&helm, &["lint", "--strict"]);
+    assert!(render(&helm, &[]).is_empty(), "gpu.enabled=false renders no template");
+}
+
+#[test]
+fn the_rendered_deployment_runs_two_spread_replicas_behind_a_pdb() {
+    let Some(helm) = helm() else { return };
+    let documents = render(&helm, &["gpu.enabled=true"]);
+    let deployment = of_kind(&documents, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    let namespace_arg = format!("--controller-namespace={}", keys::DEFAULT_CONTROLLER_NAMESPACE);
+    assert!(args.iter().any(|a| a == &Value::from(namespace_arg.as_str())), "{args:?}");
+    assert!(args.iter().any(|a| a == "--leader-elect=true"), "{args:?}");
+    let pdb = of_kind(&documents, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["selector"], deployment["spec"]["selector"]);
+}
+
+#[test]
+fn the_rendered_webhooks_fail_closed_on_create_only_at_the_engines_paths() {
+    let Some(helm) = helm() else { return };
+    let documents = render(&helm, &["gpu.enabled=true"]);
+    let configurations: Vec<&Value> = of_kind(&documents, "MutatingWebhookConfiguration")
+        .into_iter()
+        .chain(of_kind(&documents, "ValidatingWebhookConfiguration"))
+        .collect();
+    assert_eq!(configurations.len(), 3);
+    for webhook in WEBHOOKS {
+        let name = format!("{}.{}", webhook.name(), keys::GROUP);
+        let entry = configurations
+            .iter()
+            .flat_map(|c| c["webhooks"].as_array().unwrap())
+            .find(|w| w["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no webhook {name}"));
+        assert_eq!(entry["failurePolicy"], "Fail", "{name}");
+        assert_eq!(entry["clientConfig"]["service"]["path"], webhook.path(), "{name}");
+        assert_eq!(entry["rules"][0]["operations"], serde_json::json!(["CREATE"]), "{name}");
+        assert_eq!(entry["timeoutSeconds"], 10, "{name}");
+        let excluded = &entry["namespaceSelector"]["matchExpressions"][0]["values"];
+        for namespace in ["kube-system", keys::DEFAULT_CONTROLLER_NAMESPACE] {
+            assert!(excluded.as_array().unwrap().contains(&Value::from(namespace)), "{name}: {excluded}");
+        }
+        if webhook == Webhook::Pod {
+            assert_eq!(entry["objectSelector"]["matchLabels"], serde_json::json!({ keys::LABEL_CLAIMS: keys::TRUE }));
+        }
+    }
+    for configuration in configurations {
+        let injected = &configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"];
+        let expected = format!("{}/gpuclaim-serving", keys::DEFAULT_CONTROLLER_NAMESPACE);
+        assert_eq!(injected.as_str(), Some(expected.as_str()));
+    }
+    let certificate =
+        of_kind(&documents, "Certificate").into_iter().find(|c| c["metadata"]["name"] == "gpuclaim-serving");
+    assert!(certificate.is_some(), "the serving Certificate the webhooks' CA is injected from exists");
+}
+
+#[test]
+fn the_rendered_rbac_grants_the_reviews_and_the_writes_and_nothing_wider() {
+    let Some(helm) = helm() else { return };
+    let documents = render(&helm, &["gpu.enabled=true"]);
+    let role = of_kind(&documents, "ClusterRole").into_iter().find(|r| r["metadata"]["name"] == "gpuclaim").unwrap();
+    let rules = role["rules"].as_array().unwrap();
+    let grants = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            r["apiGroups"].as_array().unwrap().contains(&Value::from(group))
+                && r["resources"].as_array().unwrap().contains(&Value::from(resource))
+                && r["verbs"].as_array().unwrap().contains(&Value::from(verb))
+        })
+    };
+    assert!(grants("authentication.k8s.io", "tokenreviews", "create"));
+    assert!(grants("authorization.k8s.io", "subjectaccessreviews", "create"));
+    assert!(grants(keys::GROUP, "gpuclaims/status", "patch"));
+    assert!(grants("", "pods", "patch"));
+    assert!(!grants("", "pods", "delete") && !grants("", "pods", "update"));
+    assert!(!grants("", "secrets", "get"), "the controller reads its certificate from a volume, not the API");
+    for rule in rules {
+        for field in ["apiGroups", "resources", "verbs"] {
+            assert!(!rule[field].as_array().unwrap().contains(&Value::from("*")), "wildcard in {rule}");
+        }
+    }
+}
+
+#[test]
+fn the_rendered_tamper_policy_takes_the_settings_configmap_as_its_parameter() {
+    let Some(helm) = helm() else { return };
+    let documents = render(&helm, &["gpu.enabled=true"]);
+    let binding = of_kind(&documents, "ValidatingAdmissionPolicyBinding")[0];
+    assert_eq!(binding["spec"]["paramRef"]["name"], keys::SETTINGS_CONFIGMAP);
+    assert_eq!(binding["spec"]["paramRef"]["namespace"], keys::DEFAULT_CONTROLLER_NAMESPACE);
+    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
+    let policy = of_kind(&documents, "ValidatingAdmissionPolicy")[0];
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    let settings = of_kind(&documents, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == keys::SETTINGS_CONFIGMAP)
+        .unwrap();
+    let creator = format!("system:serviceaccount:{}:gpuclaim", keys::DEFAULT_CONTROLLER_NAMESPACE);
+    assert_eq!(settings["data"][keys::SETTINGS_TEMPLATE_CLAIM_CREATOR], creator.as_str());
+    let deployment = of_kind(&documents, "Deployment")[0];
+    assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "gpuclaim");
+    assert!(of_kind(&documents, "ServiceMonitor").is_empty(), "the ServiceMonitor is optional, off by default");
+    assert_eq!(
+        of_kind(&render(&helm, &["gpu.enabled=true", "metrics.serviceMonitor.enabled=true"]), "ServiceMonitor").len(),
+        1
+    );
+}

@@ -1,0 +1,328 @@
+//! The live controller against a fake API server holding a small cluster (the example objects, and the VM
+//! "trainer" with its launcher pod as our webhooks admitted them): the caches fill the view, readiness waits for
+//! them, a pass writes every action with its precondition (pin-and-ungate as one request), a conflict refreshes
+//! the object and the next pass succeeds, and a failure backs off.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use gpuclaim_adapter::cache::{CacheKind, Caches};
+use gpuclaim_adapter::metrics::Metrics;
+use gpuclaim_adapter::reconciler::{FAILURE_BACKOFF_MAX, PassOutcome, Reconciler, backoff};
+use gpuclaim_adapter::writer::{WriteError, Writer};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::View;
+use gpuclaim_engine::review::answer_review;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::fake_store::{FakeStore, rest_path};
+use crate::support::{self, FakeApi};
+
+const POD: &str = "/api/v1/namespaces/tenant-a/pods/virt-launcher-trainer-x7k2p";
+const TRAIN_A: &str = "/apis/gpu.cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims/train-a";
+const VMI_UID: &str = "5c1e3f0a-8d2b-4b7e-9f61-2a4d7c9e1b30";
+
+/// An admission review's object with our webhook's patch applied: what the API server stores.
+fn admitted(file: &str) -> Value {
+    let review = support::example_reviews().into_iter().find(|(name, _)| name == file).unwrap().1;
+    let (response, _) = answer_review(&support::example_view().read().unwrap(), &review).unwrap();
+    let mut object = review["request"]["object"].clone();
+    if let Some(patch) = response["response"]["patch"].as_str() {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut object, &patch).unwrap();
+    }
+    object
+}
+
+/// The example cluster in a fake API server, with the VMI "trainer" and its gated launcher pod.
+fn cluster() -> FakeStore {
+    let store = FakeStore::default();
+    let text = std::fs::read_to_string(support::repo_root().join("examples/objects.yaml")).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let mut object: Value = serde::Deserialize::deserialize(document).unwrap();
+        if object.is_null() {
+            continue;
+        }
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        if object["metadata"]["uid"].is_null() {
+            object["metadata"]["uid"] = json!(format!("uid-{name}"));
+        }
+        if object["kind"] == "Node" {
+            // The examples serve the webhooks, which never look at readiness; the reconciler places on Ready nodes.
+            object["status"]["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}]);
+        }
+        store.put(&rest_path(&object), object);
+    }
+    let mut vmi = admitted("vmi-trainer.json");
+    vmi["metadata"]["namespace"] = json!("tenant-a");
+    vmi["metadata"]["uid"] = json!(VMI_UID);
+    vmi["status"] = json!({"phase": "Scheduling"});
+    store.put(&rest_path(&vmi), vmi);
+    let mut pod = admitted("pod-launcher-trainer.json");
+    pod["metadata"]["name"] = json!("virt-launcher-trainer-x7k2p");
+    pod["metadata"]["namespace"] = json!("tenant-a");
+    pod["metadata"]["uid"] = json!("uid-launcher-trainer");
+    pod["metadata"]["creationTimestamp"] = json!("2025-03-03T10:00:00Z");
+    pod["status"] = json!({"phase": "Pending"});
+    assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "the pod webhook gated it");
+    store.put(POD, pod);
+    store
+}
+
+struct Controller {
+    store: FakeStore,
+    metrics: Arc<Metrics>,
+    caches: Arc<Caches>,
+    reconciler: Reconciler,
+    leading: watch::Sender<bool>,
+    _api: FakeApi,
+}
+
+impl Controller {
+    /// Starts the caches on `store` and waits for them to sync.
+    async fn start(store: FakeStore) -> Controller {
+        let api = FakeApi::start(store.router()).await;
+        let caches = Caches::new(Arc::new(RwLock::new(View::default())));
+        caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
+        let mut synced = caches.synced();
+        tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
+            .await
+            .unwrap()
+            .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let reporter = Reporter { controller: "gpuclaim-controller".to_owned(), instance: Some("test".to_owned()) };
+        let recorder = Recorder::new(api.client.clone(), reporter);
+        let writer = Writer::new(api.client.clone(), caches.view.clone(), recorder, metrics.clone());
+        let (leading, following) = watch::channel(true);
+        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), following);
+        Controller { store, metrics, caches, reconciler, leading, _api: api }
+    }
+
+    /// Requests that changed something, events aside.
+    fn writes(&self) -> Vec<crate::fake_store::Recorded> {
+        self.store
+            .requests()
+            .into_iter()
+            .filter(|r| r.method != Method::GET && !r.path.starts_with("/apis/events.k8s.io/"))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the_cluster() {
+    let store = cluster();
+    let api = FakeApi::start(store.router()).await;
+    let caches = Caches::new(Arc::new(RwLock::new(View::default())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let probes = gpuclaim_adapter::health::router(caches.clone());
+    tokio::spawn(async move { axum::serve(listener, probes).await });
+    let get = |path: &'static str| async move {
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.unwrap();
+        tokio::spawn(connection);
+        let request = hyper::Request::get(path).header("host", "localhost").body(String::new()).unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        use http_body_util::BodyExt;
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    };
+    assert_eq!(get("/healthz").await, (200, "ok\n".to_owned()));
+    assert_eq!(
+        get("/readyz").await,
+        (
+            503,
+            "waiting for caches to sync: gpuclasses, gpuclaims, resourcequotas, namespaces, settings configmap\n"
+                .to_owned()
+        )
+    );
+
+    caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
+    let mut synced = caches.synced();
+    tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(get("/readyz").await, (200, "ok\n".to_owned()));
+
+    let view = caches.view.read().unwrap();
+    assert_eq!(view.claims().count(), 3);
+    assert_eq!(view.gated_pods().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["virt-launcher-trainer-x7k2p"]);
+    assert_eq!(view.vmi("tenant-a", "trainer").map(|v| v.uid.as_str()), Some(VMI_UID));
+    assert_eq!(view.node_count(), 3);
+    assert!(view.settings.template_claim_creator.is_some(), "the settings ConfigMap is read");
+}
+
+#[tokio::test]
+async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_in_one_request() {
+    let mut controller = Controller::start(cluster()).await;
+    let pod_version = controller.store.get(POD).unwrap()["metadata"]["resourceVersion"].clone();
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::Done { written } if written > 0), "{outcome:?}");
+
+    let writes = controller.writes();
+    let pod_writes: Vec<_> = writes.iter().filter(|r| r.path.starts_with(POD)).collect();
+    assert_eq!(pod_writes.len(), 1, "the pod is written once: {pod_writes:#?}");
+    let pin = pod_writes[0];
+    assert_eq!((pin.method.as_str(), pin.path.as_str()), ("PATCH", POD));
+    assert_eq!(pin.content_type, "application/merge-patch+json");
+    assert_eq!(pin.body["metadata"]["resourceVersion"], pod_version);
+    assert_eq!(pin.body["spec"]["schedulingGates"], json!([]), "the gate goes in the same request as the pin");
+    let terms = pin.body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()
+        .unwrap();
+    assert_eq!(terms.len(), 1, "KubeVirt's one term gains the pin rather than a second term");
+    assert_eq!(terms[0]["matchExpressions"][0]["key"], "node-labeller.kubevirt.io/obsolete-host-model");
+    assert_eq!(terms[0]["matchFields"], json!([{"key": "metadata.name", "operator": "In", "values": ["gpu-h100-1"]}]));
+
+    for write in &writes {
+        match write.method.as_str() {
+            "PATCH" => assert!(!write.body["metadata"]["resourceVersion"].is_null(), "no precondition: {write:?}"),
+            "DELETE" => assert!(!write.body["preconditions"]["uid"].is_null(), "no uid precondition: {write:?}"),
+            _ => {}
+        }
+    }
+    let pin_index = writes.iter().position(|w| w.path == POD).unwrap();
+    let train_a = writes.iter().position(|w| w.path == format!("{TRAIN_A}/status")).unwrap();
+    assert!(train_a < pin_index, "the claim is written before the pod is pinned to its node");
+
+    // What the API server now holds.
+    let pod = controller.store.get(POD).unwrap();
+    assert_eq!(pod["spec"]["schedulingGates"], json!([]));
+    let claim = controller.store.get(TRAIN_A).unwrap();
+    assert_eq!(claim["status"]["phase"], "Attached");
+    assert_eq!(claim["status"]["attachedTo"], json!({"name": "trainer", "uid": VMI_UID}));
+    let template = controller
+        .store
+        .get("/apis/gpu.cozystack.io/v1alpha1/namespaces/tenant-a/gpuclaims/trainer-gpu-0")
+        .expect("the template claim is created");
+    assert_eq!(template["metadata"]["labels"][keys::LABEL_TEMPLATE_CLAIM], keys::TRUE);
+    assert_eq!(template["metadata"]["finalizers"], json!([keys::FINALIZER_RELEASE]));
+    assert_eq!(template["metadata"]["ownerReferences"][0]["uid"], VMI_UID);
+    assert_eq!(template["status"]["phase"], "Attached");
+    let usages: Vec<Value> = controller
+        .store
+        .0
+        .lock()
+        .unwrap()
+        .objects
+        .iter()
+        .filter(|(path, _)| path.contains("/gpuusages/trainer-gpu-0-"))
+        .map(|(_, usage)| usage.clone())
+        .collect();
+    assert_eq!(usages.len(), 1, "the new claim's usage record is written");
+    assert_eq!(usages[0]["metadata"]["ownerReferences"][0]["uid"], template["metadata"]["uid"]);
+
+    // The pod's event, and the figures the pass leaves.
+    let events: Vec<Value> = controller
+        .store
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST && r.path == "/apis/events.k8s.io/v1/namespaces/tenant-a/events")
+        .map(|r| r.body)
+        .collect();
+    let placed = events.iter().find(|e| e["regarding"]["name"] == "virt-launcher-trainer-x7k2p").unwrap();
+    assert_eq!(placed["reason"], "Placed");
+    assert_eq!(placed["type"], "Normal");
+    assert_eq!(placed["regarding"]["uid"], "uid-launcher-trainer");
+    assert_eq!(placed["reportingController"], "gpuclaim-controller");
+    let exposition = controller.metrics.encode();
+    // train-a and the template claim attached; infer-a released (its VMI is gone) and train-b, both kept bound.
+    let claims = ["{phase=\"Attached\"} 2", "{phase=\"Bound\"} 2", "{phase=\"Pending\"} 0"];
+    for line in claims.map(|c| format!("gpuclaim_claims{c}")).into_iter().chain(["gpuclaim_gated_pods 0".to_owned()]) {
+        assert!(exposition.contains(&format!("\n{line}\n")), "{line} missing from\n{exposition}");
+    }
+    assert!(exposition.contains("gpuclaim_writes_total{action=\"PinAndUngate\",result=\"ok\"} 1"), "{exposition}");
+
+    // Read-your-writes: the view holds what was written, so the next pass writes nothing.
+    let again = controller.reconciler.pass().await;
+    assert!(matches!(again, PassOutcome::Done { written: 0 }), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_conflict_refreshes_the_object_and_the_next_pass_writes_it() {
+    let mut controller = Controller::start(cluster()).await;
+    // Someone else changes train-a after the cache read it.
+    let mut changed = controller.store.get(TRAIN_A).unwrap();
+    changed["metadata"]["labels"] = json!({"team": "ml"});
+    let version = controller.store.put(TRAIN_A, changed);
+
+    let outcome = controller.reconciler.pass().await;
+    let PassOutcome::Stale { error: WriteError::Stale { object, code, .. }, .. } = &outcome else {
+        panic!("expected a stale view, got {outcome:?}")
+    };
+    assert_eq!((object.name.as_str(), *code), ("train-a", 409));
+    assert!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT));
+    let refreshed =
+        controller.caches.view.read().unwrap().claim("tenant-a", "train-a").unwrap().resource_version.clone();
+    assert_eq!(refreshed, version, "the conflicting claim was read again");
+
+    let retried = controller.reconciler.pass().await;
+    assert!(matches!(retried, PassOutcome::Done { .. }), "{retried:?}");
+    assert_eq!(controller.store.get(TRAIN_A).unwrap()["status"]["phase"], "Attached");
+    assert_eq!(controller.store.get(TRAIN_A).unwrap()["metadata"]["labels"], json!({"team": "ml"}));
+    assert_eq!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"], json!([]));
+}
+
+#[tokio::test]
+async fn a_failing_api_server_gets_exponential_backoff_and_nothing_is_pinned() {
+    let mut controller = Controller::start(cluster()).await;
+    // 500, not 503: kube's client retries 503 on its own before the reconciler sees the error.
+    controller.store.set_failing(Some(StatusCode::INTERNAL_SERVER_ERROR));
+    for expected in [1, 2, 4] {
+        let outcome = controller.reconciler.pass().await;
+        let PassOutcome::Failed { retry_after, .. } = outcome else { panic!("expected a failure, got {outcome:?}") };
+        assert_eq!(retry_after, Duration::from_secs(expected));
+    }
+    assert_eq!(backoff(30), FAILURE_BACKOFF_MAX);
+    controller.store.set_failing(None);
+    assert!(matches!(controller.reconciler.pass().await, PassOutcome::Done { .. }));
+}
+
+#[tokio::test]
+async fn a_replica_that_does_not_lead_writes_nothing() {
+    let mut controller = Controller::start(cluster()).await;
+    controller.leading.send(false).unwrap();
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    assert!(controller.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
+    let store = cluster();
+    // A raw-GPU VM's launcher holding all eight H100s of gpu-h100-1, where train-a (held) fixes the trainer's node.
+    let mut raw =
+        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
+    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
+    raw["metadata"]["uid"] = json!("uid-raw-gpu");
+    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
+    raw["spec"]["nodeName"] = json!("gpu-h100-1");
+    raw["status"] = json!({"phase": "Running"});
+    store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+
+    let mut controller = Controller::start(store).await;
+    assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_some());
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::Done { .. }), "{outcome:?}");
+    let pod = controller.store.get(POD).unwrap();
+    assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "not pinned to a full node");
+    let waiting = &pod["status"]["conditions"][0];
+    assert_eq!(
+        (waiting["type"].as_str(), waiting["status"].as_str()),
+        (Some(keys::CONDITION_PLACEMENT), Some("False"))
+    );
+    assert_eq!(waiting["reason"], "NodeUnfit", "{waiting}");
+    assert_eq!(
+        waiting["message"],
+        "node \"gpu-h100-1\" holds the claims but cannot take the pod: fewer than the 2 units of h100 it needs are free"
+    );
+}

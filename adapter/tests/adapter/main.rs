@@ -1,0 +1,10 @@
+//! The adapter's tests over real sockets on loopback: HTTPS with a test CA, and fake API servers where a
+//! kube-apiserver would be (none can be installed here).
+
+mod chart;
+mod controller;
+mod fake_store;
+mod leader;
+mod metrics_auth;
+mod support;
+mod webhook_https;
