@@ -122,7 +122,8 @@ fn the_controller_decides_on_a_cache_that_lags_the_store() {
     let (store, cache) = (world.store(), world.controller_cache());
     assert_eq!(store.claims().collect::<Vec<_>>(), cache.claims().collect::<Vec<_>>());
     assert_eq!(store.vmis().collect::<Vec<_>>(), cache.vmis().collect::<Vec<_>>());
-    let watched: Vec<_> = store.pods().filter(|p| gpuclaim_engine::model::is_claims_pod(p)).collect();
+    let watched: Vec<_> =
+        store.pods().filter(|p| gpuclaim_engine::model::is_claims_pod(p) || p.node_name.is_some()).collect();
     assert_eq!(watched, cache.pods().collect::<Vec<_>>());
 }
 
@@ -145,4 +146,27 @@ fn a_vm_stopped_at_its_trace_time_goes_whether_it_ran_or_not() {
     let bad = gpuclaim_sim::scenario::parse_scenario(&text.replace("stopAt: 30m", "stopAt: 1s")).unwrap();
     let error = bad.build(1, EventLog::new(None)).err().unwrap();
     assert_eq!(error.to_string(), "field vms[1].stopAt: is before `at`");
+}
+
+#[test]
+fn the_controller_counts_the_cpu_of_pods_without_claims() {
+    for seed in 1..=6 {
+        let mut store = fixtures::two_node_cluster();
+        for name in ["gpu-1", "gpu-2"] {
+            let mut node = store.node(name).unwrap().clone();
+            node.taints.clear();
+            store.upsert_node(node);
+        }
+        let mut world = World::new(seed, store, Timing::default(), EventLog::new(None));
+        // A CPU-only VM takes 62 of a node's 64 CPUs, on whichever node the scheduler picks.
+        let cpu_only = VmSpec { gpus: Vec::new(), cpu_millis: 62_000, ..template_vm("tenant-a", "cpu", "h100", 1) };
+        world.schedule_at(Millis::seconds(1), Event::CreateVm(cpu_only)).unwrap();
+        let gpu = VmSpec { cpu_millis: 8_000, ..template_vm("tenant-a", "gpu", "h100", 4) };
+        world.schedule_at(Millis::seconds(30), Event::CreateVm(gpu)).unwrap();
+        world.run(Millis::seconds(90), 100_000).unwrap();
+        let cpu_node = world.store().vmi("tenant-a", "cpu").unwrap().node_name.clone();
+        let vmi = world.store().vmi("tenant-a", "gpu").unwrap();
+        assert_eq!(vmi.phase, VmiPhase::Running, "seed {seed}: never pinned where the CPU is gone");
+        assert_ne!(vmi.node_name, cpu_node, "seed {seed}");
+    }
 }

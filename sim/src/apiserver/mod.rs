@@ -461,7 +461,8 @@ fn action_drops_finalizer(action: &Action) -> bool {
     matches!(action, Action::UpdateClaim { finalizer: Some(false), .. })
 }
 
-/// The GPU controller watches pods carrying the claims label only (the adapter's reflector selects them so).
+/// The GPU controller watches pods carrying the claims label, and every pod bound to a node (what it takes there,
+/// CPU, memory and devices, counts against what the controller places): the adapter's reflectors select the same.
 pub fn watched_pod(pod: &Pod) -> bool {
-    gpuclaim_engine::model::is_claims_pod(pod)
+    gpuclaim_engine::model::is_claims_pod(pod) || pod.node_name.is_some()
 }
