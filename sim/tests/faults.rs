@@ -98,3 +98,31 @@ fn a_scenario_switches_faults_on_and_bad_rates_are_named() {
     let bad = parse_scenario(&text.replace("20m", "0s")).unwrap().build(1, EventLog::new(None)).err().unwrap();
     assert_eq!(bad.to_string(), "field faults.nodeLossEvery: must be at least 1s");
 }
+
+#[test]
+fn with_every_fault_on_the_run_is_the_same_for_the_same_seed_and_keeps_its_invariants() {
+    let all = Faults {
+        conflict_rate: 0.1,
+        watch_lag_max: Some(Millis::seconds(2)),
+        controller_crash_every: Some(Millis::seconds(3_600)),
+        node_loss_every: Some(Millis::seconds(4 * 3_600)),
+        node_loss_duration: Some(Millis::seconds(900)),
+        device_failure_every: Some(Millis::seconds(6 * 3_600)),
+    };
+    let run = |seed| {
+        let mut world = busy_world(seed, all.clone());
+        world.run(Millis::seconds(24 * 3_600), 2_000_000).unwrap();
+        no_node_overbooked(world.store());
+        for pod in world.store().pods().filter(|p| p.scheduling_gates.is_empty() && p.node_name.is_some()) {
+            let pinned = pod.required_terms.as_deref().and_then(gpuclaim_engine::scheduling::is_pinned_to);
+            if gpuclaim_engine::model::is_claims_pod(pod) {
+                assert_eq!(pinned, pod.node_name.as_deref(), "a claims pod runs where it was pinned");
+            }
+        }
+        assert!(world.vm_starts() > 100, "{}", world.vm_starts());
+        (world.log_hash(), world.stats().clone())
+    };
+    let (first, stats) = run(11);
+    assert!(stats.refusals.contains_key("WriteRefused:Conflict"), "{stats:?}");
+    assert_eq!(run(11).0, first, "same seed, every fault on: the same log");
+}

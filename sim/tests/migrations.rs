@@ -129,3 +129,54 @@ fn a_vm_that_cannot_migrate_blocks_the_drain() {
     assert_eq!(world.stats().refusals["EvictionBlocked:NotMigratable"], 1);
     assert_eq!(world.store().vmi("tenant-a", "pt").unwrap().node_name.as_deref(), Some("p-1"), "it stays");
 }
+
+#[test]
+fn a_target_left_at_the_gate_is_deleted_after_900_s() {
+    use gpuclaim_engine::keys;
+    let mut world = world(cluster(2, 4));
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1))).unwrap();
+    world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "vm".into() }).unwrap();
+    // The counterfactual webhook that gates migration targets: the target stays Pending, gated, not Unschedulable.
+    world.api.admission.gate_migration_targets = true;
+    world.run(Millis::seconds(60), 100_000).unwrap();
+    let target = world.migrations().values().next().unwrap().target_pod.clone().unwrap();
+    let pod = world.store().pod("tenant-a", &target).unwrap();
+    assert_eq!(
+        (pod.node_name.as_deref(), pod.scheduling_gates.as_slice()),
+        (None, [keys::GATE_PLACEMENT.to_owned()].as_slice())
+    );
+    world.run(Millis::seconds(60 + 899), 100_000).unwrap();
+    assert!(world.store().pod("tenant-a", &target).is_some(), "300 s does not apply to a gated pod");
+    world.run(Millis::seconds(60 + 901), 100_000).unwrap();
+    assert!(world.store().pod("tenant-a", &target).is_none(), "deleted at 900 s");
+    assert_eq!(world.migrations().values().next().unwrap().phase, MigrationPhase::Failed);
+}
+
+#[test]
+fn at_most_five_migrations_run_in_the_cluster() {
+    let mut world = world(cluster(3, 3));
+    for i in 0..9 {
+        let vm = template_vm("tenant-a", &format!("vm-{i}"), "a100-40c", 1);
+        world.schedule_at(Millis::seconds(1 + i), Event::CreateVm(vm)).unwrap();
+    }
+    let mut big = fixtures::gpu_node("v-big", VGPU, 16);
+    big.taints.clear();
+    world.schedule_at(Millis::seconds(50), Event::AddNodes(vec![big])).unwrap();
+    for node in ["v-1", "v-2", "v-3"] {
+        world.schedule_at(Millis::seconds(60), Event::Drain { node: node.into() }).unwrap();
+    }
+    let mut most_at_once = 0;
+    for second in 60..300 {
+        world.run(Millis::seconds(second), 1_000_000).unwrap();
+        let active = world
+            .migrations()
+            .values()
+            .filter(|m| {
+                matches!(m.phase, MigrationPhase::Scheduling | MigrationPhase::Scheduled | MigrationPhase::Running)
+            })
+            .count();
+        most_at_once = most_at_once.max(active);
+    }
+    assert_eq!(most_at_once, 5, "3 nodes × 2 outbound would be 6: the cluster's 5 binds");
+    assert_eq!(world.migrations().values().filter(|m| m.phase == MigrationPhase::Succeeded).count(), 9);
+}

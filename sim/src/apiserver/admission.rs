@@ -47,11 +47,18 @@ pub struct Admission {
     pub ready_replicas: u32,
     /// The controller's namespace (the Service's).
     pub namespace: String,
+    /// Counterfactual: the pod webhook gates migration targets too (what the shipped rule refuses to do, DESIGN.md
+    /// §3: KubeVirt deletes a target that stays pending). Off unless a scenario asks for it.
+    pub gate_migration_targets: bool,
 }
 
 impl Default for Admission {
     fn default() -> Self {
-        Admission { ready_replicas: 2, namespace: keys::DEFAULT_CONTROLLER_NAMESPACE.to_owned() }
+        Admission {
+            ready_replicas: 2,
+            namespace: keys::DEFAULT_CONTROLLER_NAMESPACE.to_owned(),
+            gate_migration_targets: false,
+        }
     }
 }
 
@@ -82,6 +89,10 @@ impl Admission {
         self.reachable(Webhook::Pod)?;
         let patch = rules::mutate_pod(view, pod).map_err(|refusal| denied(Webhook::Pod, &refusal))?;
         patch.apply(pod);
+        let target = rules::pod_role(pod) == rules::PodRole::MigrationTarget;
+        if self.gate_migration_targets && target && !pod.scheduling_gates.iter().any(|g| g == keys::GATE_PLACEMENT) {
+            pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
+        }
         Ok(())
     }
 
