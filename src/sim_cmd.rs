@@ -58,6 +58,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             "vm_starts": world.vm_starts(),
             "controller_passes": world.stats().controller_passes,
             "refusals": world.stats().refusals,
+            "start_wait": world.start_waits(),
+            "gpu_units_in_use": world.units_in_use(),
+            "waiting_at_gate": world.waiting_at_gate(),
         });
         println!("{stats}");
     }

@@ -26,6 +26,7 @@ pub mod kernel;
 pub mod kubevirt;
 pub mod launcher;
 pub mod log;
+pub mod metrics;
 pub mod rng;
 pub mod scenario;
 pub mod scheduler;

@@ -170,3 +170,21 @@ fn the_controller_counts_the_cpu_of_pods_without_claims() {
         assert_ne!(vmi.node_name, cpu_node, "seed {seed}");
     }
 }
+
+#[test]
+fn the_run_measures_start_waits_units_in_use_and_what_waits_at_the_gate() {
+    let mut world = world(8);
+    let first = VmSpec { lifetime: Some(Millis::seconds(60)), ..template_vm("tenant-a", "first", "h100", 8) };
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(first)).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8))).unwrap();
+    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8))).unwrap();
+    world.run(Millis::seconds(200), 100_000).unwrap();
+    let waits = world.start_waits();
+    assert_eq!(waits.count, 2, "first and second ran; third waits on the budget");
+    assert!(waits.p50_ms < 30_000, "the first starts in seconds: {waits:?}");
+    assert!(waits.max_ms > 60_000, "the second waited for the first's minute: {waits:?}");
+    let used = &world.units_in_use()[H100];
+    assert_eq!(used.peak, 8, "never both at once");
+    assert!(used.mean > 6.0 && used.mean < 8.0, "{used:?}");
+    assert_eq!(world.waiting_at_gate(), [("BudgetExceeded".to_owned(), 1)].into());
+}

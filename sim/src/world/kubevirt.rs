@@ -5,6 +5,8 @@ use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
 use gpuclaim_engine::rules::{VmRender, render_vm};
 
+use std::collections::BTreeMap;
+
 use super::{Event, StartFailure, VmSpec, VmState, World, WorldError};
 use crate::kernel::Millis;
 use crate::kubevirt::start::start_backoff_seconds;
@@ -14,8 +16,16 @@ impl World {
     /// A tenant creates a VM (with the held claim it ordered for it, if any); the VM controller syncs it at once.
     pub(super) fn create_vm(&mut self, spec: VmSpec, ordered_claim: Option<String>) -> Result<(), WorldError> {
         let key = (spec.namespace.clone(), spec.name.clone());
-        let state =
-            VmState { spec, ordered_claim, halted: false, start_failure: None, vmi_ran: false, volume_node: None };
+        let state = VmState {
+            spec,
+            ordered_claim,
+            halted: false,
+            start_failure: None,
+            vmi_ran: false,
+            volume_node: None,
+            start_requested: self.now(),
+            counted_units: Vec::new(),
+        };
         self.vms.insert(key.clone(), state);
         self.sync_vm(&key.0, &key.1)
     }
@@ -164,9 +174,19 @@ impl World {
         let object = format!("VirtualMachineInstance {namespace}/{name}");
         self.record("virt-handler", &object, "Running", vec![("node", node)])?;
         self.stats.vm_starts += 1;
+        let mut units: BTreeMap<String, i64> = BTreeMap::new();
+        for gpu in &self.api.store().vmi(namespace, name).expect("updated above").gpus {
+            *units.entry(gpu.device_name.clone()).or_insert(0) += 1;
+        }
+        let now = self.now();
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
             vm.vmi_ran = true;
             vm.start_failure = None;
+            self.metrics.started(Millis(now.0 - vm.start_requested.0));
+            for (resource, count) in &units {
+                self.metrics.units(resource, *count, now);
+            }
+            vm.counted_units = units.into_iter().collect();
         }
         let lifetime = self.vms.get(&(namespace.to_owned(), name.to_owned())).and_then(|vm| vm.spec.lifetime);
         if let Some(lifetime) = lifetime {
@@ -192,6 +212,7 @@ impl World {
             return Ok(());
         }
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
+        self.run_ended(namespace, name);
         self.record("virt-handler", &format!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
         let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in pods {
@@ -199,6 +220,16 @@ impl World {
         }
         let delete = Event::DeleteVmi { namespace: namespace.to_owned(), vmi: name.to_owned() };
         self.schedule_at(self.now() + self.timing.vmi_delete_after, delete)
+    }
+
+    /// The VMI's run ended: its units leave the metrics.
+    fn run_ended(&mut self, namespace: &str, vmi: &str) {
+        let now = self.now();
+        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+            for (resource, count) in std::mem::take(&mut vm.counted_units) {
+                self.metrics.units(&resource, -count, now);
+            }
+        }
     }
 
     /// KubeVirt deletes a finished VMI. A halted VM's tenant then deletes the VM (and the held claim it ordered for
@@ -262,6 +293,10 @@ impl World {
         }
         let was = format!("{:?}", current.phase);
         self.api.update_vmi(namespace, vmi, |vmi| vmi.phase = VmiPhase::Failed).expect("read above");
+        self.run_ended(namespace, vmi);
+        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+            vm.start_requested = self.kernel.now();
+        }
         let object = format!("VirtualMachineInstance {namespace}/{vmi}");
         self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
         self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.to_owned(), vm: vmi.to_owned() })

@@ -176,6 +176,10 @@ struct VmState {
     vmi_ran: bool,
     /// The node its WaitForFirstConsumer volume was bound to (local storage: for good).
     volume_node: Option<String>,
+    /// Since when it has been asked to run (created, or restarted after its VMI failed): a start wait's origin.
+    start_requested: Millis,
+    /// GPU units its running VMI counts in the metrics.
+    counted_units: Vec<(String, i64)>,
 }
 
 /// KubeVirt's `vm.status.startFailure`.
@@ -220,6 +224,7 @@ pub struct World {
     /// The GPU controller's work queue rate limiter (a refused write's object backs off).
     controller_retries: RateLimiter,
     stats: Stats,
+    metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
     /// The log's hash once the log was taken.
     closed_hash: Option<String>,
@@ -262,6 +267,7 @@ impl World {
             wake_at: None,
             controller_retries: RateLimiter::default(),
             stats: Stats::default(),
+            metrics: crate::metrics::Metrics::default(),
             workloads: Vec::new(),
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
@@ -391,6 +397,26 @@ impl World {
     /// Statistics of the run so far.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Start waits (asked to run → Running) of the VMs started so far.
+    pub fn start_waits(&self) -> crate::metrics::Percentiles {
+        self.metrics.start_waits()
+    }
+
+    /// GPU units in use per resource so far: peak and time-weighted mean.
+    pub fn units_in_use(&self) -> BTreeMap<String, crate::metrics::UnitsInUse> {
+        self.metrics.units_in_use(self.now())
+    }
+
+    /// Pods at the placement gate now, by the reason the GPU controller gives.
+    pub fn waiting_at_gate(&self) -> BTreeMap<String, u64> {
+        let mut waiting = BTreeMap::new();
+        for pod in self.api.store().gated_pods() {
+            let reason = pod.waiting.as_ref().map_or("NotYetConsidered", |w| w.reason.as_str());
+            *waiting.entry(reason.to_owned()).or_insert(0) += 1;
+        }
+        waiting
     }
 
     /// VMIs that reached Running so far.
