@@ -2,12 +2,12 @@
 //! random stream per actor, an event log whose hash a seed reproduces, and the API server's rules the engine's
 //! decisions must pass.
 //!
-//! So far: the kernel ([`kernel`]), the per-actor random streams ([`rng`]), the event log ([`log`]), the API
-//! server's scheduling-gate rules ([`apiserver::gates`]), kube-scheduler's filters and choice ([`scheduler`]), and
-//! KubeVirt's timing ([`kubevirt`]: start backoff, the create-retry rate limiter, migration target timeouts), the
-//! launcher as KubeVirt renders it ([`launcher`]), and a first [`world`] that carries one VM's start through the
-//! whole path (webhooks, gate, GPU controller, scheduler, kubelet, KubeVirt). The actors (API server, scheduler, kubelet, KubeVirt
-//! controllers, the GPU controller) come with the rest of the twin.
+//! The parts: the kernel ([`kernel`]), per-actor random streams ([`rng`]), the event log ([`log`]), the API server
+//! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler's filters and queue ([`scheduler`],
+//! [`scheduling_queue`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
+//! cache and work queue ([`gpu_controller`]), the [`world`] that runs every actor (KubeVirt's controllers,
+//! migrations and drains, nodes, the controller's Deployment, faults), [`scenario`] files, run [`metrics`], and
+//! trace importers ([`import`]). docs/twin.md says what each models and why.
 //!
 //! ```
 //! use gpuclaim_sim::kernel::{Kernel, Millis};
