@@ -9,24 +9,47 @@ use gpuclaim_sim::import::nodes::{NodesOptions, import_nodes};
 use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb, parse_window};
 use gpuclaim_sim::import::{Imported, parse_seconds};
 
+#[derive(clap::Args)]
 pub struct Openb {
+    #[arg(long, value_name = "NODES.csv")]
     pub nodes: PathBuf,
+    #[arg(long, value_name = "PODS.csv")]
     pub pods: PathBuf,
+    #[arg(long, value_name = "SCENARIO.yaml")]
     pub out: PathBuf,
+    /// Virtual time per trace time (0.001: a trace day in 86.4 s).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub time_scale: f64,
+    /// Trace time kept, START..END or START.. (86400, 1d, 36h).
+    #[arg(long, value_name = "START..END")]
     pub window: Option<String>,
+    /// Keep one task in K (every K-th row, or by name hash with --sample-seed).
+    #[arg(long, value_name = "K", default_value_t = 1)]
     pub sample: u64,
+    #[arg(long, value_name = "SEED")]
     pub sample_seed: Option<u64>,
+    /// Tasks sharing a GPU order one whole passthrough GPU instead of a vGPU.
+    #[arg(long)]
     pub shared_as_whole: bool,
+    /// Tasks never end: arrivals fill the cluster (how the FGD simulator reads the trace).
+    #[arg(long)]
     pub ignore_deletion: bool,
+    #[arg(long)]
     pub name: Option<String>,
 }
 
+#[derive(clap::Args)]
 pub struct Nodes {
+    #[arg(long, value_name = "NODES.csv")]
     pub nodes: PathBuf,
+    #[arg(long, value_name = "SCENARIO.yaml")]
     pub out: PathBuf,
+    /// Memory per CPU where the list has none (spot-GPU).
+    #[arg(long, value_name = "QUANTITY", default_value = "8Gi")]
     pub memory_per_cpu: String,
+    #[arg(long, default_value = "1d")]
     pub duration: String,
+    #[arg(long)]
     pub name: Option<String>,
 }
 

@@ -82,47 +82,9 @@ enum SimCommand {
 #[derive(Subcommand)]
 enum ImportCommand {
     /// The openb trace (cluster-trace-gpu-v2023): nodes and tasks as a scenario of timed VMs.
-    Openb {
-        #[arg(long, value_name = "NODES.csv")]
-        nodes: PathBuf,
-        #[arg(long, value_name = "PODS.csv")]
-        pods: PathBuf,
-        #[arg(long, value_name = "SCENARIO.yaml")]
-        out: PathBuf,
-        /// Virtual time per trace time (0.001: a trace day in 86.4 s).
-        #[arg(long, value_name = "F", default_value_t = 1.0)]
-        time_scale: f64,
-        /// Trace time kept, START..END or START.. (86400, 1d, 36h).
-        #[arg(long, value_name = "START..END")]
-        window: Option<String>,
-        /// Keep one task in K (every K-th row, or by name hash with --sample-seed).
-        #[arg(long, value_name = "K", default_value_t = 1)]
-        sample: u64,
-        #[arg(long, value_name = "SEED")]
-        sample_seed: Option<u64>,
-        /// Tasks sharing a GPU order one whole passthrough GPU instead of a vGPU.
-        #[arg(long)]
-        shared_as_whole: bool,
-        /// Tasks never end: arrivals fill the cluster (how the FGD simulator reads the trace).
-        #[arg(long)]
-        ignore_deletion: bool,
-        #[arg(long)]
-        name: Option<String>,
-    },
+    Openb(import_cmd::Openb),
     /// A node list alone (openb's or the spot-GPU 2026 node_info_df.csv) as a cluster shape.
-    Nodes {
-        #[arg(long, value_name = "NODES.csv")]
-        nodes: PathBuf,
-        #[arg(long, value_name = "SCENARIO.yaml")]
-        out: PathBuf,
-        /// Memory per CPU where the list has none (spot-GPU).
-        #[arg(long, value_name = "QUANTITY", default_value = "8Gi")]
-        memory_per_cpu: String,
-        #[arg(long, default_value = "1d")]
-        duration: String,
-        #[arg(long)]
-        name: Option<String>,
-    },
+    Nodes(import_cmd::Nodes),
 }
 
 fn main() -> ExitCode {
@@ -144,38 +106,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Crds => print!("{}", gpuclaim_engine::api::crds_yaml()),
         Command::Controller(args) => controller_cmd::run(args)?,
-        Command::Import {
-            command:
-                ImportCommand::Openb {
-                    nodes,
-                    pods,
-                    out,
-                    time_scale,
-                    window,
-                    sample,
-                    sample_seed,
-                    shared_as_whole,
-                    ignore_deletion,
-                    name,
-                },
-        } => {
-            let options = import_cmd::Openb {
-                nodes,
-                pods,
-                out,
-                time_scale,
-                window,
-                sample,
-                sample_seed,
-                shared_as_whole,
-                ignore_deletion,
-                name,
-            };
-            import_cmd::openb(options)?;
-        }
-        Command::Import { command: ImportCommand::Nodes { nodes, out, memory_per_cpu, duration, name } } => {
-            import_cmd::nodes(import_cmd::Nodes { nodes, out, memory_per_cpu, duration, name })?;
-        }
+        Command::Import { command: ImportCommand::Openb(options) } => import_cmd::openb(options)?,
+        Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
             sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
         }
