@@ -232,15 +232,9 @@ impl World {
             self.record("operator", &format!("Pod {name}"), "Evicted", vec![])?;
             self.replica_down(index, false)?;
             // The Deployment's new pod: scheduled on another schedulable node, started by its kubelet.
-            let target = self
-                .api
-                .store()
-                .nodes()
-                .find(|n| n.name != node && !n.unschedulable && n.ready)
-                .map(|n| n.name.clone());
-            let (low, high) = self.timing.pod_start;
-            let delay = crate::kernel::Millis(rand::RngExt::random_range(self.streams.of("kubelet"), low.0..=high.0));
-            self.schedule_at(self.now() + delay, Event::ReplicaMoved { index, node: target.unwrap_or_default() })?;
+            let target = self.replacement_node(node).unwrap_or_default();
+            let delay = self.pod_start_delay();
+            self.schedule_at(self.now() + delay, Event::ReplicaMoved { index, node: target })?;
         }
         Ok(())
     }
@@ -263,14 +257,15 @@ impl World {
             })
             .collect();
         for index in on_node {
-            let target = self
-                .api
-                .store()
-                .nodes()
-                .find(|n| n.name != node && !n.unschedulable && n.ready)
-                .map(|n| n.name.clone());
+            let target = self.replacement_node(node);
             self.replica_start(index, target)?;
         }
         Ok(())
+    }
+
+    /// Where the Deployment's replacement for a replica leaving `leaving` runs: the first other node that takes pods.
+    fn replacement_node(&self, leaving: &str) -> Option<String> {
+        let mut nodes = self.api.store().nodes();
+        nodes.find(|n| n.name != leaving && !n.unschedulable && n.ready).map(|n| n.name.clone())
     }
 }

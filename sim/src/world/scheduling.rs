@@ -61,8 +61,7 @@ impl World {
                     self.migration_target_bound(&uid);
                 }
                 self.record("scheduler", &object, "Bound", vec![("node", node)])?;
-                let (low, high) = self.timing.pod_start;
-                let delay = crate::kernel::Millis(self.streams.of("kubelet").random_range(low.0..=high.0));
+                let delay = self.pod_start_delay();
                 let event = Event::PodStarted { namespace: namespace.to_owned(), pod: name.to_owned() };
                 self.schedule_at(self.now() + delay, event)
             }
@@ -74,6 +73,12 @@ impl World {
                 }
             }
         }
+    }
+
+    /// How long the kubelet takes to start a pod bound to its node (image, sandbox, containers up).
+    pub(super) fn pod_start_delay(&mut self) -> crate::kernel::Millis {
+        let (low, high) = self.timing.pod_start;
+        crate::kernel::Millis(self.streams.of("kubelet").random_range(low.0..=high.0))
     }
 
     /// The leftover flush: pods parked five minutes are tried again.
