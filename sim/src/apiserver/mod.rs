@@ -274,29 +274,28 @@ impl ApiServer {
     /// The claim leaves the store: its usage records (owned by it) are collected.
     fn remove_claim(&mut self, namespace: &str, name: &str) {
         let Some(claim) = self.store.remove_claim(namespace, name) else { return };
-        let revision = self.next_revision();
-        self.watch.push(Change::Delete {
-            kind: Kind::Claim,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            revision,
-        });
+        for change in self.collect_claim(namespace, name, &claim.uid) {
+            self.watch.push(change);
+        }
+    }
+
+    /// A claim just left the store: its deletion, and the garbage collector's of the usage records it owned, each
+    /// at its own revision.
+    fn collect_claim(&mut self, namespace: &str, name: &str, uid: &str) -> Vec<Change> {
+        let deletion =
+            |kind, name: String, revision| Change::Delete { kind, namespace: namespace.to_owned(), name, revision };
+        let mut changes = vec![deletion(Kind::Claim, name.to_owned(), self.next_revision())];
         let owned: Vec<String> = self
             .store
             .usages_of_claim(namespace, name)
-            .filter(|usage| usage.claim_uid.is_empty() || usage.claim_uid == claim.uid)
+            .filter(|usage| usage.claim_uid.is_empty() || usage.claim_uid == uid)
             .map(|usage| usage.name.clone())
             .collect();
         for usage in owned {
             self.store.remove_usage(namespace, &usage);
-            let revision = self.next_revision();
-            self.watch.push(Change::Delete {
-                kind: Kind::Usage,
-                namespace: namespace.to_owned(),
-                name: usage,
-                revision,
-            });
+            changes.push(deletion(Kind::Usage, usage, self.next_revision()));
         }
+        changes
     }
 
     /// Adds or replaces a node (the kubelet registering, or a node's spec and status changing).
@@ -326,29 +325,11 @@ impl ApiServer {
             Action::UpdateClaim { claim, precondition, .. } => {
                 let current = self.claim_at(claim, precondition)?;
                 let removes = current.deleting && action_drops_finalizer(action);
+                let uid = current.uid.clone();
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Claim, claim))?;
                 if removes {
-                    let usages: Vec<String> =
-                        self.store.usages_of_claim(&claim.namespace, &claim.name).map(|u| u.name.clone()).collect();
-                    let revision = self.next_revision();
-                    let mut changes = vec![Change::Delete {
-                        kind: Kind::Claim,
-                        namespace: claim.namespace.clone(),
-                        name: claim.name.clone(),
-                        revision,
-                    }];
-                    for usage in usages {
-                        self.store.remove_usage(&claim.namespace, &usage);
-                        let revision = self.next_revision();
-                        changes.push(Change::Delete {
-                            kind: Kind::Usage,
-                            namespace: claim.namespace.clone(),
-                            name: usage,
-                            revision,
-                        });
-                    }
-                    return Ok(changes);
+                    return Ok(self.collect_claim(&claim.namespace, &claim.name, &uid));
                 }
                 let revision = self.next_revision();
                 self.store.edit_claim(&claim.namespace, &claim.name, |c| c.resource_version = revision);
