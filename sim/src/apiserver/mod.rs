@@ -36,6 +36,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind as objects name it (`GPUClaim`, `Pod`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Class => "GPUClass",
+            Kind::Claim => "GPUClaim",
+            Kind::Usage => "GPUUsage",
+            Kind::Pod => "Pod",
+            Kind::Vmi => "VirtualMachineInstance",
+            Kind::Node => "Node",
+        }
+    }
+
     /// The resource as the API server names it in messages (`pods`, `gpuclaims.gpu.cozystack.io`).
     pub fn resource(self) -> &'static str {
         match self {

@@ -1,7 +1,9 @@
 //! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
 //! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
 
-use gpuclaim_engine::controller::Action;
+use gpuclaim_engine::controller::{Action, ObjectRef};
+
+use crate::apiserver::{ApiError, Kind};
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
@@ -45,7 +47,8 @@ impl World {
         let mut refused: Option<Millis> = None;
         for action in &actions {
             let written = if self.injected_conflict() && !matches!(action, Action::Event { .. }) {
-                Err(crate::apiserver::ApiError::Conflict { kind: kind_of(action), name: action_name(action) })
+                let (kind, object) = target(action);
+                Err(ApiError::Conflict { kind, name: object.name })
             } else {
                 self.api.write(action, now, &self.controller.user.clone())
             };
@@ -122,38 +125,25 @@ impl World {
     }
 }
 
-fn kind_of(action: &Action) -> crate::apiserver::Kind {
-    use crate::apiserver::Kind;
-    match action {
-        Action::CreateClaim { .. } | Action::UpdateClaim { .. } | Action::DeleteClaim { .. } => Kind::Claim,
-        Action::PinAndUngate { .. } | Action::SetPodWaiting { .. } | Action::Event { .. } => Kind::Pod,
-        Action::OpenUsage { .. } | Action::CloseUsage { .. } => Kind::Usage,
-        Action::PublishClass { .. } => Kind::Class,
-    }
-}
-
-fn action_name(action: &Action) -> String {
+/// The object an action writes, and its kind.
+fn target(action: &Action) -> (Kind, ObjectRef) {
     match action {
         Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
-            claim.name.clone()
+            (Kind::Claim, claim.clone())
         }
-        Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => pod.name.clone(),
-        Action::OpenUsage { usage } => usage.name.clone(),
-        Action::CloseUsage { usage, .. } => usage.name.clone(),
-        Action::PublishClass { class, .. } => class.clone(),
-        Action::Event { object, .. } => object.name.clone(),
+        Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => (Kind::Pod, pod.clone()),
+        Action::OpenUsage { usage } => (Kind::Usage, ObjectRef::new(&usage.namespace, &usage.name)),
+        Action::CloseUsage { usage, .. } => (Kind::Usage, usage.clone()),
+        Action::PublishClass { class, .. } => (Kind::Class, ObjectRef::new("", class)),
+        Action::Event { object, .. } => (Kind::Pod, object.clone()),
     }
 }
 
+/// How the log names the object an action writes (`GPUClaim ns/name`).
 fn action_object(action: &Action) -> String {
-    match action {
-        Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
-            format!("GPUClaim {claim}")
-        }
-        Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => format!("Pod {pod}"),
-        Action::OpenUsage { usage } => format!("GPUUsage {}/{}", usage.namespace, usage.name),
-        Action::CloseUsage { usage, .. } => format!("GPUUsage {usage}"),
-        Action::PublishClass { class, .. } => format!("GPUClass {class}"),
-        Action::Event { object, .. } => object.to_string(),
+    let (kind, object) = target(action);
+    match kind {
+        Kind::Class => format!("{} {}", kind.name(), object.name),
+        _ => format!("{} {object}", kind.name()),
     }
 }
