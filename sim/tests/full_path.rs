@@ -2,9 +2,9 @@
 //! (gated), GPU controller (template claim, placement, pin and ungate in one update the API server accepts),
 //! scheduler, kubelet, Running, on the node its claim is bound to; and the same seed gives the same log hash.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
 
+use common::Lines;
 use gpuclaim_engine::fixtures;
 use gpuclaim_engine::model::{ClaimPhase, PodPhase, View, VmiPhase};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
@@ -12,20 +12,6 @@ use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::world::{Event, Timing, VmSpec, World};
-
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn cluster() -> View {
     fixtures::two_node_cluster()
@@ -45,7 +31,7 @@ fn run(seed: u64) -> (World, String) {
     };
     world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
     world.run(Millis::seconds(120), 10_000).expect("the run ends within its bounds");
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     (world, text)
 }
 

@@ -4,42 +4,14 @@
 //! the count. And a node lost: NotReady after the grace period, its pods evicted 300 s later, the VM started again
 //! elsewhere (no start failure: it had run).
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
 
+use common::Lines;
 use gpuclaim_engine::fixtures;
 use gpuclaim_engine::model::VmiPhase;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::world::{Event, Timing, VmSpec, World, template_vm};
-
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    /// (t_ms, object, what) of every record.
-    fn records(&self) -> Vec<(u64, String, String)> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .map(|line| {
-                let value: serde_json::Value = serde_json::from_str(line).unwrap();
-                let field = |name: &str| value[name].as_str().unwrap().to_owned();
-                (value["t_ms"].as_u64().unwrap(), field("object"), field("what"))
-            })
-            .collect()
-    }
-}
 
 fn world(seed: u64, lines: &Lines) -> World {
     World::new(seed, fixtures::two_node_cluster(), Timing::default(), EventLog::new(Some(Box::new(lines.clone()))))
