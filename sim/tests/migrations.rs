@@ -32,6 +32,16 @@ fn cluster(nodes: usize, units: u64) -> View {
     view
 }
 
+/// Runs second by second over `seconds`, returning the most migrations active at once.
+fn most_active_at_once(world: &mut World, seconds: std::ops::Range<u64>) -> usize {
+    let mut most = 0;
+    for second in seconds {
+        world.run(Millis::seconds(second), 1_000_000).unwrap();
+        most = most.max(world.migrations().values().filter(|m| m.active()).count());
+    }
+    most
+}
+
 fn world(view: View) -> World {
     World::new(1, view, Timing::default(), EventLog::new(None))
 }
@@ -102,18 +112,7 @@ fn a_drain_evacuates_two_at_a_time_and_finishes() {
     let leaving = on(&world, drained);
     assert!(leaving >= 3, "{leaving}");
     world.schedule_at(Millis::seconds(60), Event::Drain { node: drained.into() }).unwrap();
-    let mut most_at_once = 0;
-    for second in 61..200 {
-        world.run(Millis::seconds(second), 100_000).unwrap();
-        let active = world
-            .migrations()
-            .values()
-            .filter(|m| {
-                matches!(m.phase, MigrationPhase::Scheduling | MigrationPhase::Scheduled | MigrationPhase::Running)
-            })
-            .count();
-        most_at_once = most_at_once.max(active);
-    }
+    let most_at_once = most_active_at_once(&mut world, 61..200);
     assert_eq!(most_at_once, 2, "2 outbound migrations per node");
     assert_eq!(on(&world, drained), 0, "evacuated");
     assert!(world.store().node(drained).unwrap().unschedulable, "cordoned");
@@ -165,18 +164,7 @@ fn at_most_five_migrations_run_in_the_cluster() {
     for node in ["v-1", "v-2", "v-3"] {
         world.schedule_at(Millis::seconds(60), Event::Drain { node: node.into() }).unwrap();
     }
-    let mut most_at_once = 0;
-    for second in 60..300 {
-        world.run(Millis::seconds(second), 1_000_000).unwrap();
-        let active = world
-            .migrations()
-            .values()
-            .filter(|m| {
-                matches!(m.phase, MigrationPhase::Scheduling | MigrationPhase::Scheduled | MigrationPhase::Running)
-            })
-            .count();
-        most_at_once = most_at_once.max(active);
-    }
+    let most_at_once = most_active_at_once(&mut world, 60..300);
     assert_eq!(most_at_once, 5, "3 nodes × 2 outbound would be 6: the cluster's 5 binds");
     assert_eq!(world.migrations().values().filter(|m| m.phase == MigrationPhase::Succeeded).count(), 9);
 }

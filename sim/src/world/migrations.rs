@@ -60,7 +60,8 @@ pub struct Migration {
 }
 
 impl Migration {
-    fn active(&self) -> bool {
+    /// Counts against the limits: its target exists and the migration has not ended.
+    pub fn active(&self) -> bool {
         matches!(self.phase, Phase::Scheduling | Phase::Scheduled | Phase::Running)
     }
 
