@@ -93,10 +93,6 @@ impl SchedulingQueue {
     pub fn is_parked(&self, namespace: &str, pod: &str) -> bool {
         self.unschedulable.contains_key(&(namespace.to_owned(), pod.to_owned()))
     }
-
-    pub fn parked(&self) -> usize {
-        self.unschedulable.len()
-    }
 }
 
 #[cfg(test)]

@@ -340,13 +340,6 @@ impl View {
         true
     }
 
-    /// Sets a node's resourceVersion (no index reads it).
-    pub fn set_node_resource_version(&mut self, name: &str, resource_version: String) -> bool {
-        let Some(node) = self.nodes.get_mut(name) else { return false };
-        node.resource_version = resource_version;
-        true
-    }
-
     pub fn set_vgpu_entitled(&mut self, namespace: &str, entitled: bool) {
         self.tenants.entry(namespace.to_owned()).or_default().vgpu_entitled = entitled;
     }

@@ -81,11 +81,6 @@ impl Watch {
         let due = self.queue.iter().take_while(|(at, _)| *at <= now).count();
         self.queue.drain(..due).map(|(_, change)| change).collect()
     }
-
-    /// Changes written but not delivered yet.
-    pub fn backlog(&self) -> usize {
-        self.queue.len()
-    }
 }
 
 fn revision(resource_version: &str) -> u64 {
