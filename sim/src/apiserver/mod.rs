@@ -388,18 +388,16 @@ impl ApiServer {
                 if old.resource_version != *precondition {
                     return Err(conflict(Kind::Pod, key));
                 }
-                if let Action::PinAndUngate { terms, .. } = action {
-                    let mut new = old.clone();
-                    new.scheduling_gates.retain(|gate| gate != gpuclaim_engine::keys::GATE_PLACEMENT);
-                    new.required_terms = Some(terms.clone());
-                    validate_pod_update(old, &new).map_err(|invalid| ApiError::Invalid {
-                        kind: Kind::Pod,
-                        name: key.name.clone(),
-                        invalid,
-                    })?;
-                }
+                // The engine's write, then the API server's update validation of old against new: what the write
+                // changes is the engine's alone (a refused one is rolled back).
+                let old = old.clone();
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Pod, key))?;
+                let new = self.store.pod(&key.namespace, &key.name).expect("written above");
+                if let Err(invalid) = validate_pod_update(&old, new) {
+                    self.store.upsert_pod(old);
+                    return Err(ApiError::Invalid { kind: Kind::Pod, name: key.name.clone(), invalid });
+                }
                 let revision = self.next_revision();
                 self.store.edit_pod(&key.namespace, &key.name, |pod| pod.resource_version = revision);
                 let pod = self.store.pod(&key.namespace, &key.name).expect("written above").clone();
