@@ -1,6 +1,8 @@
 //! Run statistics the twin keeps as it goes: start waits (a VM created → Running), GPU units in use per resource
-//! over time (peak and time-weighted mean), and what still waits at the gate when the run ends, by reason. What-if
-//! reports and trace replays read them; they never change what the run does.
+//! over time (peak and time-weighted mean), and what still waits at the gate when the run ends, by reason; gate waits
+//! (a launcher created → ungated) and counts of what capacity planners ask about (orders accepted, migrations
+//! failed, start failures that put a VM in `CrashLoopBackOff`, pods set waiting by reason). What-if reports and trace
+//! replays read them; they never change what the run does.
 
 use std::collections::BTreeMap;
 
@@ -55,8 +57,19 @@ pub struct UnitsInUse {
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
     start_waits: Vec<u64>,
+    gate_waits: Vec<u64>,
     in_use: BTreeMap<String, Usage>,
+    counts: BTreeMap<String, u64>,
 }
+
+/// What [`Metrics::count`] counts: a tenant's order the order webhook let through.
+pub const ORDER_ACCEPTED: &str = "OrderAccepted";
+/// A live migration that ended Failed.
+pub const MIGRATION_FAILED: &str = "MigrationFailed";
+/// A VMI that ended without running: its VM goes into `CrashLoopBackOff` until the start backoff allows a new one.
+pub const START_FAILURE: &str = "StartFailure";
+/// The GPU controller set a gated pod waiting, as `Waiting:<reason>` (`Waiting:BudgetExceeded`, ...).
+pub const WAITING_PREFIX: &str = "Waiting:";
 
 impl Metrics {
     pub fn started(&mut self, waited: Millis) {
@@ -74,6 +87,41 @@ impl Metrics {
 
     pub fn start_waits(&self) -> Percentiles {
         percentiles(&mut self.start_waits.clone())
+    }
+
+    /// Start waits in the order the VMs reached Running, in ms (a report takes those after its warm-up).
+    pub fn start_wait_samples(&self) -> &[u64] {
+        &self.start_waits
+    }
+
+    /// A launcher (or any gated pod) left the placement gate `waited` after it was created.
+    pub fn ungated(&mut self, waited: Millis) {
+        self.gate_waits.push(waited.0);
+    }
+
+    /// Gate waits in the order the pods were ungated, in ms.
+    pub fn gate_wait_samples(&self) -> &[u64] {
+        &self.gate_waits
+    }
+
+    /// Counts one occurrence of `what` (see the constants above).
+    pub fn count(&mut self, what: &str) {
+        match self.counts.get_mut(what) {
+            Some(count) => *count += 1,
+            None => {
+                self.counts.insert(what.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Occurrences so far by what was counted.
+    pub fn counts(&self) -> &BTreeMap<String, u64> {
+        &self.counts
+    }
+
+    /// Units of each resource running VMIs hold now.
+    pub fn units_now(&self) -> BTreeMap<String, u64> {
+        self.in_use.iter().map(|(resource, usage)| (resource.clone(), usage.now)).collect()
     }
 
     /// Peak and time-weighted mean of the units in use per resource over [0, `end`].
@@ -100,6 +148,19 @@ mod tests {
         assert_eq!((p.count, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms), (100, 50, 90, 99, 100));
         assert_eq!(percentiles(&mut [7]).p50_ms, 7);
         assert_eq!(percentiles(&mut []), Percentiles::default());
+    }
+
+    #[test]
+    fn counts_and_gate_waits_keep_what_was_recorded() {
+        let mut metrics = Metrics::default();
+        metrics.count(MIGRATION_FAILED);
+        metrics.count(MIGRATION_FAILED);
+        metrics.count(ORDER_ACCEPTED);
+        metrics.ungated(Millis(1_500));
+        metrics.ungated(Millis(0));
+        assert_eq!(metrics.counts()[MIGRATION_FAILED], 2);
+        assert_eq!(metrics.counts()[ORDER_ACCEPTED], 1);
+        assert_eq!(metrics.gate_wait_samples(), &[1_500, 0]);
     }
 
     #[test]

@@ -188,3 +188,19 @@ fn the_run_measures_start_waits_units_in_use_and_what_waits_at_the_gate() {
     assert!(used.mean > 6.0 && used.mean < 8.0, "{used:?}");
     assert_eq!(world.waiting_at_gate(), [("BudgetExceeded".to_owned(), 1)].into());
 }
+
+#[test]
+fn the_run_measures_gate_waits_and_counts_pods_set_waiting_by_reason() {
+    let mut world = world(8);
+    let first = VmSpec { lifetime: Some(Millis::seconds(60)), ..template_vm("tenant-a", "first", "h100", 8) };
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(first)).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8))).unwrap();
+    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8))).unwrap();
+    world.run(Millis::seconds(200), 100_000).unwrap();
+    let gate_waits = world.metrics().gate_wait_samples();
+    assert_eq!(gate_waits.len(), 2, "first and second left the gate: {gate_waits:?}");
+    assert!(gate_waits[0] < 5_000, "the first is placed at once: {gate_waits:?}");
+    assert!(gate_waits[1] > 60_000, "the second waited at the gate for the first's minute: {gate_waits:?}");
+    assert!(world.metrics().counts()["Waiting:BudgetExceeded"] >= 1, "{:?}", world.metrics().counts());
+    assert_eq!(world.vms_in_crash_loop(), 0);
+}

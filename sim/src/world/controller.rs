@@ -101,11 +101,16 @@ impl World {
                 self.record("gpu-controller", &format!("GPUClaim {claim}"), what, vec![("node", node)])
             }
             Action::PinAndUngate { pod, node, .. } => {
+                if let Some(created) = self.api.store().pod(&pod.namespace, &pod.name).map(|p| p.created) {
+                    let waited = (self.time().as_millisecond() - created.as_millisecond()).max(0);
+                    self.metrics.ungated(Millis(waited as u64));
+                }
                 self.record("gpu-controller", &format!("Pod {pod}"), "PinnedAndUngated", vec![("node", node.clone())])?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::SetPodWaiting { pod, waiting, .. } => {
+                self.metrics.count(&format!("{}{}", crate::metrics::WAITING_PREFIX, waiting.reason));
                 let fields = vec![("reason", waiting.reason.clone())];
                 self.record("gpu-controller", &format!("Pod {pod}"), "Waiting", fields)
             }

@@ -52,6 +52,7 @@ impl World {
                 let retry_after = self.now() + delay;
                 let failure = StartFailure { consecutive, last_failed_vmi_uid: uid, retry_after };
                 self.vms.get_mut(&key).expect("read above").start_failure = Some(failure);
+                self.metrics.count(crate::metrics::START_FAILURE);
             }
             self.remove_vmi(namespace, name)?;
         }

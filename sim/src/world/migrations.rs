@@ -253,6 +253,9 @@ impl World {
         migration.phase = phase;
         let (evacuation, source) = (migration.evacuation, migration.source_node.clone());
         let what = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
+        if phase == Phase::Failed {
+            self.metrics.count(crate::metrics::MIGRATION_FAILED);
+        }
         self.record("migration-controller", &format!("Migration {uid}"), what, vec![("message", message.to_owned())])?;
         if evacuation && let Some(drain) = self.drains.get_mut(&source) {
             if phase == Phase::Succeeded {

@@ -10,6 +10,7 @@ mod faults;
 mod kubevirt;
 mod migrations;
 mod nodes;
+mod observe;
 mod scheduling;
 mod workloads;
 

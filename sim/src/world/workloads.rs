@@ -74,6 +74,7 @@ impl World {
         let object = format!("GPUClaim {}/{}", claim.namespace, claim.name);
         match self.api.create_claim(claim, &tenant_user(&vm.namespace)) {
             Ok(_) => {
+                self.metrics.count(crate::metrics::ORDER_ACCEPTED);
                 self.record("tenant", &object, "Ordered", vec![])?;
                 vm.gpus = vec![GpuEntry::Claim(vm.name.clone())];
                 let claim = vm.name.clone();
