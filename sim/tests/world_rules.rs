@@ -203,4 +203,26 @@ fn the_run_measures_gate_waits_and_counts_pods_set_waiting_by_reason() {
     assert!(gate_waits[1] > 60_000, "the second waited at the gate for the first's minute: {gate_waits:?}");
     assert!(world.metrics().counts()["Waiting:BudgetExceeded"] >= 1, "{:?}", world.metrics().counts());
     assert_eq!(world.vms_in_crash_loop(), 0);
+    // The first ran its minute and stopped; the second runs; the third has waited since it was created at 3 s.
+    assert_eq!(world.waiting_to_start(), vec![197_000]);
+}
+
+#[test]
+fn the_first_leader_publishes_capacity_so_held_claims_can_be_ordered_before_any_claim_moves() {
+    let text = r#"
+name: held-only
+duration: 3h
+cluster:
+  classes: [{name: gpu, resourceName: example.com/gpu, mode: Passthrough, maxCount: 1}]
+  nodes: [{prefix: gpu-, count: 2, cpu: "64", memory: 256Gi, devices: {example.com/gpu: 5}}]
+  tenants: [{name: team}]
+workloads:
+- {tenant: team, prefix: vm, arrivalsPerHour: 2, meanLifetime: 30m, cpu: "1", memory: 1Gi,
+   heldClaim: {class: gpu, count: 1}}
+"#;
+    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
+    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    world.run(scenario.duration.0, 1_000_000).unwrap();
+    assert!(world.vm_starts() > 0, "orders went through");
+    assert_eq!(world.stats().refusals.get("OrderRefused:NoCapacity"), None, "{:?}", world.stats().refusals);
 }

@@ -90,6 +90,12 @@ impl World {
         if !self.deployment.replicas.is_empty() {
             self.deployment.leader = Some(0);
             self.deployment.elections = 1;
+            // The first leader starts as every leader does: a full pass over what it listed. Without it a class's
+            // status stays unpublished until some claim moves, and the order webhook refuses every held claim
+            // (found by the Erlang B check in docs/whatif.md).
+            self.controller.resync();
+            let now = self.now();
+            self.wake_controller_at(now).expect("now is never in the past");
         }
         self.api.admission.ready_replicas = self.deployment.ready();
     }
