@@ -7,6 +7,7 @@ mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
 mod sim_cmd;
+mod whatif_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,8 @@ enum Command {
         #[command(subcommand)]
         command: ImportCommand,
     },
+    /// A capacity what-if study over the twin: variants × seeds, written as a report (docs/whatif.md).
+    Whatif(whatif_cmd::Args),
     /// The discrete-event twin.
     Sim {
         #[command(subcommand)]
@@ -108,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Controller(args) => controller_cmd::run(args)?,
         Command::Import { command: ImportCommand::Openb(options) } => import_cmd::openb(options)?,
         Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
+        Command::Whatif(args) => whatif_cmd::run(args)?,
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
             sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
         }

@@ -1,0 +1,246 @@
+//! Capacity what-if studies over the twin: a study ([`study`]) names a base scenario and variants of it (node counts
+//! per class, budgets, arrival rates, lifetimes, engine options); every variant × seed runs in parallel
+//! ([`run_study`]), each run sampled over time ([`run`]); figures are aggregated across seeds ([`stats`]); a
+//! compaction search bisects a class's node count against an SLO; the report ([`render`], [`charts`]) is HTML with
+//! inline SVG charts, Markdown, SVG and PNG charts, summary.json and runs.csv. Same study and seeds, same bytes.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use gpuclaim_reports::{run_study, study::load_study, render::write_report};
+//!
+//! let study = load_study(Path::new("reports/examples/h100-headroom.yaml")).unwrap();
+//! let report = run_study(&study, 2, &|_| {}).unwrap();
+//! write_report(&report, Path::new("out"), "gpuclaim whatif reports/examples/h100-headroom.yaml --out out").unwrap();
+//! ```
+
+pub mod charts;
+pub mod erlang;
+pub mod render;
+pub mod run;
+pub mod stats;
+pub mod study;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use gpuclaim_sim::scenario::Scenario;
+use serde::Serialize;
+
+use crate::run::{RunError, RunResult, run_one};
+use crate::stats::{SeriesSpread, SloVerdict, Spread, judge, series_spread, spreads};
+use crate::study::{Study, set_node_count, to_scenario};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("variant {variant}: {reason}")]
+    Scenario { variant: String, reason: String },
+    #[error("failed to write {path}: {reason}")]
+    Write { path: std::path::PathBuf, reason: String },
+}
+
+/// What the runner tells its caller as it goes (the CLI draws a progress bar from it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A batch of `runs` runs begins.
+    Phase { name: String, runs: u64 },
+    /// One run of the batch ended.
+    RunDone,
+}
+
+/// One variant's figures across seeds.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub description: String,
+    pub runs: usize,
+    /// Every run scalar (see [`run::RunResult::scalars`]) over seeds.
+    pub metrics: BTreeMap<String, Spread>,
+    /// Refusals by `<what>:<reason>` over seeds.
+    pub refusals: BTreeMap<String, Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloVerdict>,
+    /// Series over seeds by name (`utilisation:<class>`, `gate_queue`, ...), for the charts.
+    #[serde(skip)]
+    pub series: BTreeMap<String, SeriesSpread>,
+}
+
+/// One node count a compaction search tried.
+#[derive(Clone, Debug, Serialize)]
+pub struct Probe {
+    pub nodes: u32,
+    /// The SLO's metric over seeds, in seconds.
+    pub spread: Spread,
+    pub verdict: SloVerdict,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CompactionResult {
+    pub class: String,
+    pub variant: String,
+    pub min: u32,
+    pub max: u32,
+    /// The fewest nodes meeting the SLO (`None`: not even `max` meets it).
+    pub nodes: Option<u32>,
+    /// Node counts tried, ascending.
+    pub probes: Vec<Probe>,
+}
+
+/// A study's runs and what they add up to.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub study: Study,
+    /// Variant by variant in the study's order, seeds in its order.
+    pub runs: Vec<RunResult>,
+    pub variants: Vec<VariantSummary>,
+    pub compaction: Option<CompactionResult>,
+}
+
+/// Runs every variant × seed on `jobs` threads, then the compaction search if the study asks for one.
+pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> Result<Report, ReportError> {
+    let scenarios: Vec<Scenario> = study
+        .variants
+        .iter()
+        .map(|v| to_scenario(&v.scenario).map_err(|reason| ReportError::Scenario { variant: v.name.clone(), reason }))
+        .collect::<Result<_, _>>()?;
+    let plan: Vec<(usize, u64)> =
+        (0..scenarios.len()).flat_map(|v| study.seeds.iter().map(move |seed| (v, *seed))).collect();
+    progress(Progress::Phase { name: "variants × seeds".to_owned(), runs: plan.len() as u64 });
+    let runs = parallel(&plan, jobs, progress, |&(v, seed)| {
+        run_one(&study.variants[v].name, &scenarios[v], seed, study.samples, study.warmup)
+    })?;
+    let variants = study
+        .variants
+        .iter()
+        .map(|variant| {
+            let mine: Vec<&RunResult> = runs.iter().filter(|r| r.variant == variant.name).collect();
+            summarise(study, &variant.name, &variant.description, &mine)
+        })
+        .collect();
+    let compaction = match &study.compaction {
+        Some(_) => Some(compact(study, jobs, progress)?),
+        None => None,
+    };
+    Ok(Report { study: study.clone(), runs, variants, compaction })
+}
+
+/// One variant's runs over seeds.
+fn summarise(study: &Study, name: &str, description: &str, runs: &[&RunResult]) -> VariantSummary {
+    let metrics = spreads(runs.iter().map(|r| &r.scalars));
+    let refusals: Vec<BTreeMap<String, f64>> =
+        runs.iter().map(|r| r.refusals.iter().map(|(k, n)| (k.clone(), *n as f64)).collect()).collect();
+    let slo = study.slo.as_ref().map(|slo| judge(slo, &metrics.get(slo.metric.scalar()).cloned().unwrap_or_default()));
+    let mut series = BTreeMap::new();
+    if let Some(first) = runs.first() {
+        let t = &first.series.t_hours;
+        let mut add = |key: String, pick: &dyn Fn(&RunResult) -> Option<&[f64]>| {
+            let values: Vec<&[f64]> = runs.iter().filter_map(|r| pick(r)).collect();
+            series.insert(key, series_spread(t, &values));
+        };
+        for class in first.series.utilisation.keys() {
+            add(format!("utilisation:{class}"), &|r| r.series.utilisation.get(class).map(Vec::as_slice));
+            add(format!("allocated:{class}"), &|r| r.series.allocated.get(class).map(Vec::as_slice));
+            add(format!("stranded_units:{class}"), &|r| r.series.stranded.get(class).map(Vec::as_slice));
+        }
+        add("gate_queue".to_owned(), &|r| Some(&r.series.gate_queue));
+        add("crash_loop".to_owned(), &|r| Some(&r.series.crash_loop));
+    }
+    VariantSummary {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        runs: runs.len(),
+        metrics,
+        refusals: spreads(refusals.iter()),
+        slo,
+        series,
+    }
+}
+
+/// Bisection over the class's node count: the fewest nodes in [min, max] meeting the SLO, assuming more nodes never
+/// make the metric worse. Each probe runs every seed.
+fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> Result<CompactionResult, ReportError> {
+    let spec = study.compaction.as_ref().expect("called with a compaction");
+    let slo = study.slo.as_ref().expect("a compaction needs an SLO (checked on load)");
+    let base = study.variants.iter().find(|v| v.name == spec.variant).expect("checked on load");
+    let mut probes: BTreeMap<u32, Probe> = BTreeMap::new();
+    let mut probe = |nodes: u32| -> Result<bool, ReportError> {
+        let name = format!("{}@{}={nodes}", spec.variant, spec.class);
+        let mut tree = base.scenario.clone();
+        let scenario = set_node_count(&mut tree, &spec.class, &nodes.into())
+            .and_then(|()| to_scenario(&tree))
+            .map_err(|reason| ReportError::Scenario { variant: name.clone(), reason })?;
+        progress(Progress::Phase {
+            name: format!("compaction: {nodes} × {}", spec.class),
+            runs: study.seeds.len() as u64,
+        });
+        let runs = parallel(&study.seeds, jobs, progress, |&seed| {
+            run_one(&name, &scenario, seed, study.samples, study.warmup)
+        })?;
+        let values: Vec<f64> =
+            runs.iter().map(|r| r.scalars.get(slo.metric.scalar()).copied().unwrap_or(0.0)).collect();
+        let spread = stats::spread(&values);
+        let verdict = judge(slo, &spread);
+        let met = verdict.met;
+        probes.insert(nodes, Probe { nodes, spread, verdict });
+        Ok(met)
+    };
+    let (mut low, mut high) = (spec.min, spec.max);
+    let nodes = if probe(high)? {
+        // Invariant: `high` meets the SLO; everything below `low` was seen to miss it.
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if probe(middle)? { high = middle } else { low = middle + 1 }
+        }
+        Some(high)
+    } else {
+        None
+    };
+    Ok(CompactionResult {
+        class: spec.class.clone(),
+        variant: spec.variant.clone(),
+        min: spec.min,
+        max: spec.max,
+        nodes,
+        probes: probes.into_values().collect(),
+    })
+}
+
+/// Runs `work` over `items` on `jobs` threads; results come back in the items' order whatever finishes first.
+fn parallel<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    progress: &(dyn Fn(Progress) + Sync),
+    work: impl Fn(&T) -> Result<R, RunError> + Sync,
+) -> Result<Vec<R>, RunError> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<R, RunError>>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(index) else { break };
+                    let result = work(item);
+                    let failed = result.is_err();
+                    results.lock().expect("no worker panics holding it")[index] = Some(result);
+                    progress(Progress::RunDone);
+                    if failed {
+                        // Stop handing out work: the first error is reported.
+                        next.store(items.len(), Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().expect("no worker panicked");
+    let mut out = Vec::with_capacity(items.len());
+    for result in results {
+        match result {
+            Some(result) => out.push(result?),
+            None => continue,
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,213 @@
+//! One run of one variant on one seed: the world built from the variant's scenario, run in chunks to sample the
+//! cluster between them, and what it measured. Every figure is a pure function of (scenario, seed).
+
+use std::collections::BTreeMap;
+
+use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::log::EventLog;
+use gpuclaim_sim::metrics::{self, percentiles};
+use gpuclaim_sim::scenario::Scenario;
+use gpuclaim_sim::world::World;
+use serde::Serialize;
+
+use crate::study::typical_claim;
+
+/// The most events one run may handle before it is declared runaway.
+pub const EVENTS_MAX: u64 = 1_000_000_000;
+
+#[derive(Debug, thiserror::Error)]
+#[error("variant {variant}, seed {seed}: {reason}")]
+pub struct RunError {
+    pub variant: String,
+    pub seed: u64,
+    pub reason: String,
+}
+
+/// Values over time, one per sample point.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Series {
+    /// Sample times, in hours since the start.
+    pub t_hours: Vec<f64>,
+    /// class → share of its units that running VMs hold.
+    pub utilisation: BTreeMap<String, Vec<f64>>,
+    /// class → share of its units claims hold (bound, running or not).
+    pub allocated: BTreeMap<String, Vec<f64>>,
+    /// Pods at the placement gate.
+    pub gate_queue: Vec<f64>,
+    /// class → free units on nodes that a typical claim of the class cannot use (Σ free mod size).
+    pub stranded: BTreeMap<String, Vec<f64>>,
+    /// VMs in CrashLoopBackOff.
+    pub crash_loop: Vec<f64>,
+}
+
+/// What one run measured. `scalars` holds every figure the report aggregates across seeds, by a stable name.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunResult {
+    pub variant: String,
+    pub seed: u64,
+    pub events: u64,
+    pub scalars: BTreeMap<String, f64>,
+    /// Refusals after the warm-up, by `<what>:<reason>`.
+    pub refusals: BTreeMap<String, u64>,
+    #[serde(skip)]
+    pub series: Series,
+}
+
+/// Counters at the warm-up's end, subtracted from the run's end.
+#[derive(Default)]
+struct Mark {
+    start_waits: usize,
+    gate_waits: usize,
+    refusals: BTreeMap<String, u64>,
+    counts: BTreeMap<String, u64>,
+}
+
+impl Mark {
+    fn of(world: &World) -> Self {
+        Mark {
+            start_waits: world.metrics().start_wait_samples().len(),
+            gate_waits: world.metrics().gate_wait_samples().len(),
+            refusals: world.stats().refusals.clone(),
+            counts: world.metrics().counts().clone(),
+        }
+    }
+}
+
+/// Runs `scenario` on `seed` and measures it: sampled `samples` times at even intervals; waits and counts taken
+/// after `warmup`, as are the time series' means.
+pub fn run_one(
+    variant: &str,
+    scenario: &Scenario,
+    seed: u64,
+    samples: u32,
+    warmup: Millis,
+) -> Result<RunResult, RunError> {
+    let fail = |reason: String| RunError { variant: variant.to_owned(), seed, reason };
+    let mut world = scenario.build(seed, EventLog::new(None)).map_err(|e| fail(e.to_string()))?;
+    let duration = scenario.duration.0;
+    let classes: Vec<(String, String, u64)> = scenario
+        .cluster
+        .classes
+        .iter()
+        .map(|c| (c.name.clone(), c.resource_name.clone(), typical_claim(scenario, &c.name)))
+        .collect();
+    let mut series = Series::default();
+    let mut mark = if warmup == Millis(0) { Some(Mark::default()) } else { None };
+    // Sample points after the warm-up count towards the series' means.
+    let mut measured = Vec::new();
+    for i in 1..=u64::from(samples) {
+        let t = Millis(duration.0 * i / u64::from(samples));
+        if mark.is_none() && warmup <= t {
+            world.run(warmup, EVENTS_MAX).map_err(|e| fail(e.to_string()))?;
+            mark = Some(Mark::of(&world));
+        }
+        world.run(t, EVENTS_MAX).map_err(|e| fail(e.to_string()))?;
+        sample(&world, t, &classes, &mut series);
+        measured.push(t > warmup);
+    }
+    let mark = mark.unwrap_or_default();
+    let mut result = RunResult {
+        variant: variant.to_owned(),
+        seed,
+        events: world.events(),
+        scalars: BTreeMap::new(),
+        refusals: difference(&world.stats().refusals, &mark.refusals),
+        series,
+    };
+    measure(&world, &mark, &measured, &mut result);
+    Ok(result)
+}
+
+fn sample(world: &World, t: Millis, classes: &[(String, String, u64)], series: &mut Series) {
+    let store = world.store();
+    let capacity = store.capacity();
+    let running = world.metrics().units_now();
+    series.t_hours.push(t.0 as f64 / 3_600_000.0);
+    for (class, resource, size) in classes {
+        let published = capacity.published(class);
+        let share = |units: u64| {
+            if published.allocatable_units == 0 { 0.0 } else { units as f64 / published.allocatable_units as f64 }
+        };
+        let in_use = running.get(resource).copied().unwrap_or(0).min(published.allocatable_units);
+        series.utilisation.entry(class.clone()).or_default().push(share(in_use));
+        let claimed = published.allocatable_units.saturating_sub(published.free_units);
+        series.allocated.entry(class.clone()).or_default().push(share(claimed));
+        let stranded: u64 = capacity.most_free_first(class).map(|(free, _)| free % size).sum();
+        series.stranded.entry(class.clone()).or_default().push(stranded as f64);
+    }
+    series.gate_queue.push(store.gated_pods().count() as f64);
+    series.crash_loop.push(world.vms_in_crash_loop() as f64);
+}
+
+/// The run's scalars, every one named as summary.json and runs.csv name it.
+fn measure(world: &World, mark: &Mark, measured: &[bool], result: &mut RunResult) {
+    let metrics = world.metrics();
+    let scalars = &mut result.scalars;
+    let seconds = |ms: u64| ms as f64 / 1_000.0;
+    // VMs still waiting at the end count with their wait so far: a lower bound, but a cluster too small to start
+    // them must not look fast.
+    let mut start_waits = metrics.start_wait_samples()[mark.start_waits..].to_vec();
+    let still_waiting = world.waiting_to_start();
+    scalars.insert("vms_waiting_at_end".to_owned(), still_waiting.len() as f64);
+    start_waits.extend(still_waiting);
+    for (name, samples) in
+        [("start_wait", &start_waits[..]), ("gate_wait", &metrics.gate_wait_samples()[mark.gate_waits..])]
+    {
+        let mean = if samples.is_empty() { 0.0 } else { samples.iter().sum::<u64>() as f64 / samples.len() as f64 };
+        let p = percentiles(&mut samples.to_vec());
+        scalars.insert(format!("{name}_count"), p.count as f64);
+        scalars.insert(format!("{name}_mean_s"), mean / 1_000.0);
+        scalars.insert(format!("{name}_p50_s"), seconds(p.p50_ms));
+        scalars.insert(format!("{name}_p90_s"), seconds(p.p90_ms));
+        scalars.insert(format!("{name}_p99_s"), seconds(p.p99_ms));
+        scalars.insert(format!("{name}_max_s"), seconds(p.max_ms));
+    }
+    let counts = difference(metrics.counts(), &mark.counts);
+    let count = |what: &str| counts.get(what).copied().unwrap_or(0) as f64;
+    let order_refusals: BTreeMap<&str, u64> = result
+        .refusals
+        .iter()
+        .filter_map(|(key, n)| key.strip_prefix("OrderRefused:").map(|reason| (reason, *n)))
+        .collect();
+    let refused: u64 = order_refusals.values().sum();
+    let accepted = count(metrics::ORDER_ACCEPTED);
+    scalars.insert("orders".to_owned(), accepted + refused as f64);
+    scalars.insert("orders_refused".to_owned(), refused as f64);
+    let offered = accepted + refused as f64;
+    scalars.insert("orders_refused_share".to_owned(), if offered > 0.0 { refused as f64 / offered } else { 0.0 });
+    for (reason, n) in &order_refusals {
+        scalars.insert(format!("orders_refused:{reason}"), *n as f64);
+    }
+    let budget_waits = count(&format!("{}BudgetExceeded", metrics::WAITING_PREFIX));
+    let budget_orders = order_refusals.get("BudgetExceeded").copied().unwrap_or(0) as f64;
+    scalars.insert("budget_hits".to_owned(), budget_orders + budget_waits);
+    scalars.insert("failed_migrations".to_owned(), count(metrics::MIGRATION_FAILED));
+    scalars.insert("start_failures".to_owned(), count(metrics::START_FAILURE));
+    scalars.insert("vm_starts".to_owned(), world.vm_starts() as f64);
+    let series = &result.series;
+    let mean = |values: &[f64]| {
+        let kept: Vec<f64> = values.iter().zip(measured).filter(|(_, m)| **m).map(|(v, _)| *v).collect();
+        if kept.is_empty() { 0.0 } else { kept.iter().sum::<f64>() / kept.len() as f64 }
+    };
+    let peak = |values: &[f64]| values.iter().zip(measured).filter(|(_, m)| **m).fold(0.0, |a, (v, _)| f64::max(a, *v));
+    for (class, values) in &series.utilisation {
+        scalars.insert(format!("utilisation:{class}"), mean(values));
+    }
+    for (class, values) in &series.allocated {
+        scalars.insert(format!("allocated:{class}"), mean(values));
+    }
+    for (class, values) in &series.stranded {
+        scalars.insert(format!("stranded_units:{class}"), mean(values));
+    }
+    scalars.insert("gate_queue_mean".to_owned(), mean(&series.gate_queue));
+    scalars.insert("gate_queue_peak".to_owned(), peak(&series.gate_queue));
+    scalars.insert("crash_loop_peak".to_owned(), peak(&series.crash_loop));
+}
+
+/// `now - before`, per key (counters only grow).
+fn difference(now: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    now.iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
