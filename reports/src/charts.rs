@@ -104,6 +104,13 @@ fn color(index: usize) -> RGBColor {
     COLORS[index % COLORS.len()]
 }
 
+/// An axis value without trailing zeros (`100`, `2.5`, `0.25`).
+fn axis_number(value: f64) -> String {
+    let text = format!("{value:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" { "0".to_owned() } else { text.to_owned() }
+}
+
 fn nice_max(value: f64) -> f64 {
     if value <= 0.0 { 1.0 } else { value * 1.1 }
 }
@@ -132,6 +139,8 @@ where
         .configure_mesh()
         .x_desc("time (hours)")
         .y_desc(y_label)
+        .y_label_formatter(&|y| axis_number(*y))
+        .x_label_formatter(&|x| axis_number(*x))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .light_line_style(RGBColor(235, 235, 235))
@@ -179,6 +188,7 @@ where
         .configure_mesh()
         .x_desc("variant")
         .y_desc(y_label)
+        .y_label_formatter(&|y| axis_number(*y))
         .x_labels(n)
         // Variants sit at whole numbers; ticks between them stay blank.
         .x_label_formatter(&|x| {
@@ -238,6 +248,7 @@ where
         .configure_mesh()
         .x_desc(x_label)
         .y_desc(y_label)
+        .y_label_formatter(&|y| axis_number(*y))
         .x_label_formatter(&|x| format!("{x:.0}"))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))

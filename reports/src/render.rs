@@ -132,14 +132,14 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
             name: "compaction".to_owned(),
             caption: format!(
                 "{} per {} node count tried (variant {}), seeds' median with min–max; the SLO line.",
-                slo.metric.scalar(),
+                slo.metric.label(),
                 compaction.class,
                 compaction.variant
             ),
             chart: Chart::Compaction {
                 title: format!("Compaction: {} nodes", compaction.class),
                 x_label: format!("{} nodes", compaction.class),
-                y_label: format!("{} (s)", slo.metric.scalar()),
+                y_label: format!("{} (s)", slo.metric.label()),
                 slo_seconds: slo.max_seconds,
                 probes: compaction.probes.iter().map(|p| (p.nodes, p.spread.clone())).collect(),
             },
@@ -226,6 +226,7 @@ fn figure_rows(report: &Report) -> Vec<(String, String)> {
         for p in ["p50", "p90", "p99", "max"] {
             add(format!("start wait {p} (s)"), format!("start_wait_{p}_s"));
         }
+        add("VMs still waiting to start at the end".to_owned(), "vms_waiting_at_end".to_owned());
     }
     if wants(MetricGroup::GateWait) {
         for p in ["mean", "p50", "p90", "p99"] {
@@ -321,7 +322,7 @@ pub fn markdown(report: &Report, command: &str, charts: &[NamedChart]) -> String
         writeln!(w).expect("writing to a String");
     }
     if let Some(slo) = &study.slo {
-        write!(w, "| SLO {} ≤ {} s ({:?} of seeds) |", slo.metric.scalar(), number(slo.max_seconds), slo.across_seeds)
+        write!(w, "| SLO {} ≤ {} s ({:?} of seeds) |", slo.metric.label(), number(slo.max_seconds), slo.across_seeds)
             .expect("writing to a String");
         for v in &report.variants {
             let verdict = v.slo.as_ref().map_or("–".to_owned(), |s| {
@@ -400,7 +401,7 @@ fn compaction_sentence(report: &Report, c: &crate::CompactionResult) -> String {
         Some(p) => format!(
             "The fewest {} nodes meeting {} ≤ {} s in variant {}: **{}** (seeds: median {} s, p90 {} s, {}–{} s).",
             c.class,
-            slo.metric.scalar(),
+            slo.metric.label(),
             number(slo.max_seconds),
             c.variant,
             p.nodes,
@@ -413,7 +414,7 @@ fn compaction_sentence(report: &Report, c: &crate::CompactionResult) -> String {
             "Not even {} {} nodes meet {} ≤ {} s in variant {}.",
             c.max,
             c.class,
-            slo.metric.scalar(),
+            slo.metric.label(),
             number(slo.max_seconds),
             c.variant
         ),
@@ -475,7 +476,7 @@ pub fn html(report: &Report, command: &str, charts: &[(NamedChart, String)]) -> 
         write!(
             w,
             "<tr><td>SLO {} ≤ {} s ({:?} of seeds)</td>",
-            slo.metric.scalar(),
+            slo.metric.label(),
             number(slo.max_seconds),
             slo.across_seeds
         )

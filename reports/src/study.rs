@@ -118,6 +118,17 @@ pub enum SloMetric {
 }
 
 impl SloMetric {
+    /// How a report names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            SloMetric::StartWaitP50 => "start wait p50",
+            SloMetric::StartWaitP90 => "start wait p90",
+            SloMetric::StartWaitP99 => "start wait p99",
+            SloMetric::GateWaitMean => "gate wait mean",
+            SloMetric::GateWaitP90 => "gate wait p90",
+        }
+    }
+
     /// The summary's scalar this SLO reads.
     pub fn scalar(self) -> &'static str {
         match self {
@@ -440,7 +451,8 @@ fn adjusted(current: &Value, value: &Value) -> Result<Value, String> {
     }
 }
 
-/// Deep merge: maps merge key by key, anything else replaces.
+/// Deep merge: maps merge key by key, anything else replaces. Recursive, bounded by the depth of the study's own
+/// YAML (the patch), which the YAML parser already bounds.
 fn merge(target: &mut Value, patch: &Value) {
     match (target, patch) {
         (Value::Object(target), Value::Object(patch)) => {
@@ -468,4 +480,29 @@ pub fn typical_claim(scenario: &Scenario, class: &str) -> u64 {
         }
     }
     rate_by_count.iter().max_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0))).map_or(1, |(count, _)| (*count).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_options_merge_into_the_scenarios_engine_map() {
+        let base: Value = serde_json::json!({"name": "s", "engine": {"twoUpdatePin": false, "keep": 1}});
+        let variant: VariantFile = serde_json::from_value(serde_json::json!({
+            "name": "v",
+            "engine": {"twoUpdatePin": true, "gateMigrationTargets": true}
+        }))
+        .unwrap();
+        let tree = apply(&base, &variant).unwrap();
+        assert_eq!(tree["engine"], serde_json::json!({"twoUpdatePin": true, "gateMigrationTargets": true, "keep": 1}));
+    }
+
+    #[test]
+    fn scaling_needs_a_value_to_scale() {
+        assert_eq!(adjusted(&Value::from(4), &Value::from("x2.5")).unwrap(), Value::from(10.0));
+        assert_eq!(adjusted(&Value::from("90s"), &Value::from("x2")).unwrap(), Value::from("180000ms"));
+        assert!(adjusted(&Value::Null, &Value::from("x2")).unwrap_err().contains("nothing to scale"));
+        assert!(adjusted(&Value::from(4), &Value::from("x-1")).unwrap_err().contains("finite number ≥ 0"));
+    }
 }

@@ -263,3 +263,24 @@ fn bad_studies_name_the_file_the_field_and_the_reason() {
         assert!(error.contains("study.yaml") || error.contains("missing.yaml"), "names the file: {error}");
     }
 }
+
+#[test]
+fn overrides_edit_the_scenario_tree_before_it_is_parsed() {
+    let dir = scratch("overrides");
+    let study = format!(
+        "{STUDY}- name: engine-and-set\n  set: {{duration: 1h, cluster: {{claimsEnabled: false}}}}\n"
+    );
+    let path = study_in(&dir, SCENARIO, &study);
+    let study = load_study(&path).unwrap();
+    let tree = |name: &str| study.variants.iter().find(|v| v.name == name).unwrap().scenario.clone();
+    assert_eq!(tree("plus-2")["cluster"]["nodes"][0]["count"], 4);
+    assert_eq!(tree("budget-x2")["cluster"]["tenants"][0]["budgets"]["gpu"], 24);
+    assert_eq!(tree("budget-x2")["workloads"][0]["arrivalsPerHour"], 9.0);
+    assert_eq!(tree("budget-x2")["workloads"][0]["meanLifetime"], "3600000ms");
+    assert_eq!(tree("budget-x2")["workloads"][1], tree("base")["workloads"][1], "other workloads untouched");
+    let merged = tree("engine-and-set");
+    assert_eq!((merged["duration"].as_str(), merged["cluster"]["claimsEnabled"].as_bool()), (Some("1h"), Some(false)));
+    assert_eq!(merged["cluster"]["classes"], tree("base")["cluster"]["classes"], "a deep merge keeps siblings");
+    let scenario = to_scenario(&merged).unwrap();
+    assert!(!scenario.cluster.claims_enabled);
+}
