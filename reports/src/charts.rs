@@ -145,11 +145,13 @@ where
         .axis_desc_style((FONT, 14))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
+    // The bands overlap: the more lines, the fainter each, so the medians stay readable.
+    let band_alpha = (0.45 / lines.len().max(1) as f64).clamp(0.06, 0.15);
     for (index, (name, spread)) in lines.iter().enumerate() {
         let c = color(index);
         let upper = spread.t_hours.iter().zip(&spread.max).map(|(t, v)| (*t, v * scale));
         let lower = spread.t_hours.iter().zip(&spread.min).rev().map(|(t, v)| (*t, v * scale));
-        chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(0.15))))?;
+        chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(band_alpha))))?;
         let median = spread.t_hours.iter().zip(&spread.p50).map(|(t, v)| (*t, v * scale));
         chart
             .draw_series(LineSeries::new(median, c.stroke_width(2)))?

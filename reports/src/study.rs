@@ -360,8 +360,7 @@ fn apply(base: &Value, variant: &VariantFile) -> Result<Value, (String, String)>
     }
     for (prefix, fields) in &variant.workloads {
         let workloads = scenario.get_mut("workloads").and_then(Value::as_array_mut);
-        let Some(workload) = workloads.into_iter().flatten().find(|w| w["prefix"] == Value::from(prefix.as_str()))
-        else {
+        let Some(workload) = workloads.into_iter().flatten().find(|w| w["prefix"] == prefix.as_str()) else {
             return Err((format!("workloads.{prefix}"), "the scenario has no workload with this prefix".to_owned()));
         };
         for (key, value) in fields {
@@ -384,7 +383,7 @@ pub fn set_node_count(scenario: &mut Value, class: &str, count: &Value) -> Resul
         .as_array()
         .into_iter()
         .flatten()
-        .find(|c| c["name"] == Value::from(class))
+        .find(|c| c["name"] == class)
         .and_then(|c| c["resourceName"].as_str())
         .ok_or_else(|| format!("the scenario has no class {class:?}"))?
         .to_owned();
@@ -424,7 +423,7 @@ fn set_budget(scenario: &mut Value, tenant: &str, class: &str, units: &Value) ->
     let tenants = scenario["cluster"]["tenants"].as_array_mut().ok_or("the scenario has no tenants")?;
     let entry = tenants
         .iter_mut()
-        .find(|t| t["name"] == Value::from(tenant))
+        .find(|t| t["name"] == tenant)
         .ok_or_else(|| format!("the scenario has no tenant {tenant:?}"))?;
     let budget = &mut entry["budgets"][class];
     let new = adjusted(budget, units)?;
