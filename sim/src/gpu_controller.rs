@@ -10,8 +10,9 @@
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
-use gpuclaim_engine::controller::{Action, Changes, reconcile, reconcile_changes};
+use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, reconcile_with};
 use gpuclaim_engine::model::{Time, View};
+use gpuclaim_engine::variant::Variant;
 
 use crate::apiserver::watch::{Change, Touched, observe};
 
@@ -32,6 +33,8 @@ pub struct GpuController {
     /// The keys the last pass served: a pass cut short by a refused write serves them again.
     serving: Changes,
     pub user: String,
+    /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
+    pub variant: Variant,
 }
 
 impl GpuController {
@@ -44,6 +47,7 @@ impl GpuController {
             resync: false,
             serving: Changes::default(),
             user,
+            variant: Variant::SHIPPED,
         }
     }
 
@@ -97,9 +101,9 @@ impl GpuController {
         self.dirty = false;
         self.serving = std::mem::take(&mut self.changes);
         if self.resync {
-            return reconcile(&self.cache, now);
+            return reconcile_with(&self.cache, now, &self.variant);
         }
-        reconcile_changes(&self.cache, now, &self.serving)
+        reconcile_changes_with(&self.cache, now, &self.serving, &self.variant)
     }
 
     /// A write was refused: the pass stops there, so the keys it served go back on the queue (the writes it did
@@ -116,7 +120,10 @@ impl GpuController {
             | Action::DeleteClaim { claim, .. } => {
                 self.changes.claims.insert((claim.namespace.clone(), claim.name.clone()));
             }
-            Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => {
+            Action::PinAndUngate { pod, .. }
+            | Action::Ungate { pod, .. }
+            | Action::Pin { pod, .. }
+            | Action::SetPodWaiting { pod, .. } => {
                 if let Some(vmi) = self.cache.pod(&pod.namespace, &pod.name).and_then(|p| p.owner_vmi.clone()) {
                     self.changes.vmis.insert((pod.namespace.clone(), vmi.name));
                 }

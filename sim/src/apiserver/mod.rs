@@ -379,13 +379,22 @@ impl ApiServer {
                     .map_err(|_| conflict(Kind::Usage, usage))?;
                 Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
             }
-            Action::PinAndUngate { pod: key, precondition, .. }
-            | Action::SetPodWaiting { pod: key, precondition, .. } => {
+            Action::PinAndUngate { pod: key, .. }
+            | Action::Ungate { pod: key, .. }
+            | Action::Pin { pod: key, .. }
+            | Action::SetPodWaiting { pod: key, .. } => {
                 let old = self
                     .store
                     .pod(&key.namespace, &key.name)
                     .ok_or(ApiError::NotFound { kind: Kind::Pod, name: key.name.clone() })?;
-                if old.resource_version != *precondition {
+                // A Pin is chained on the revision the Ungate before it returned: nothing can come between them.
+                let precondition = match action {
+                    Action::PinAndUngate { precondition, .. }
+                    | Action::Ungate { precondition, .. }
+                    | Action::SetPodWaiting { precondition, .. } => precondition.as_str(),
+                    _ => old.resource_version.as_str(),
+                };
+                if old.resource_version != precondition {
                     return Err(conflict(Kind::Pod, key));
                 }
                 // The engine's write, then the API server's update validation of old against new: what the write

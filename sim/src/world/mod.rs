@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Node, Time, View};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::variant::Variant;
 
 use crate::apiserver::ApiServer;
 use crate::gpu_controller::{GpuController, service_account};
@@ -392,6 +393,17 @@ impl World {
     fn set_webhook_replicas(&mut self, replicas: u32) -> Result<(), WorldError> {
         self.api.admission.ready_replicas = replicas;
         self.record("webhook", "Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
+    }
+
+    /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).
+    pub fn set_variant(&mut self, variant: Variant) {
+        self.api.admission.variant = variant;
+        self.controller.variant = variant;
+    }
+
+    /// The engine's rules this world runs.
+    pub fn variant(&self) -> Variant {
+        self.controller.variant
     }
 
     /// Statistics of the run so far.
