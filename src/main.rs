@@ -7,6 +7,7 @@ mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
 mod sim_cmd;
+mod suite_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,13 @@ enum Command {
         #[command(subcommand)]
         command: ImportCommand,
     },
+    /// Scenario files run in the twin, checked (invariants after every event, expectations), each run twice.
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCommand,
+    },
+    /// Every scenario of a directory (default scenarios/suite), checked: the CI suite.
+    Suite(suite_cmd::Suite),
     /// The discrete-event twin.
     Sim {
         #[command(subcommand)]
@@ -77,6 +85,12 @@ enum SimCommand {
         #[arg(long)]
         stats: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCommand {
+    /// Checked runs of scenario files: a table per scenario × variant × seed; exit code 1 on any failure.
+    Run(suite_cmd::ScenarioRun),
 }
 
 #[derive(Subcommand)]
@@ -108,6 +122,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Controller(args) => controller_cmd::run(args)?,
         Command::Import { command: ImportCommand::Openb(options) } => import_cmd::openb(options)?,
         Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
+        Command::Scenario { command: ScenarioCommand::Run(args) } => return suite_cmd::scenario_run(args),
+        Command::Suite(args) => return suite_cmd::suite(args),
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
             sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
         }

@@ -323,6 +323,14 @@ impl ApiServer {
     /// watcher is the writer, whose cache already holds them (written through), so their echo would change nothing.
     /// What the garbage collector does in consequence (the usage records of a released claim) is returned with it.
     pub fn write(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
+        let changes = self.write_action(action, now, requester)?;
+        for change in &changes {
+            self.watch.note(change);
+        }
+        Ok(changes)
+    }
+
+    fn write_action(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
         match action {
             Action::CreateClaim { claim, .. } => {
                 if self.store.claim(&claim.namespace, &claim.name).is_some() {
