@@ -12,6 +12,7 @@ pub struct Options {
     pub seed: Option<u64>,
     pub events_out: Option<PathBuf>,
     pub stats: bool,
+    pub variant: String,
 }
 
 /// The most events one run may handle before it is declared runaway.
@@ -38,11 +39,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let variant = gpuclaim_engine::variant::Variant::named(&options.variant)?;
     let mut world = scenario.build(seed, EventLog::new(sink)).map_err(|e| anyhow!("scenario {path}: {e}"))?;
+    world.set_variant(variant);
     let started = Instant::now();
     world
         .run(scenario.duration.0, EVENTS_MAX)
-        .map_err(|e| anyhow!("scenario {path}, seed {seed}: {e}\nreplay: gpuclaim sim run {path} --seed {seed}"))?;
+        .map_err(|e| {
+            let variant = &options.variant;
+            anyhow!("scenario {path}, seed {seed}: {e}\nreplay: gpuclaim sim run {path} --seed {seed} --variant {variant}")
+        })?;
     let wall_seconds = started.elapsed().as_secs_f64();
     drop(world.take_log());
     if options.stats {
