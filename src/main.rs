@@ -128,7 +128,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scenario { command: ScenarioCommand::Run(args) } => return suite_cmd::scenario_run(args),
         Command::Suite(args) => return suite_cmd::suite(args),
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, variant } } => {
-            sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, variant })?;
+            return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, variant });
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -563,7 +563,10 @@ impl Scenario {
             for (claim_index, held) in tenant.claims.iter().enumerate() {
                 let field = format!("cluster.tenants[{index}].claims[{claim_index}]");
                 if store.class(&held.class).is_none() {
-                    return Err(invalid(format!("{field}.class"), format!("no class {:?} in cluster.classes", held.class)));
+                    return Err(invalid(
+                        format!("{field}.class"),
+                        format!("no class {:?} in cluster.classes", held.class),
+                    ));
                 }
                 if held.count == 0 {
                     return Err(invalid(format!("{field}.count"), "must be at least 1"));

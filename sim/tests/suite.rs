@@ -156,7 +156,8 @@ fn refusing_at_admission_is_caught_by_the_gate_wait() {
 
 #[test]
 fn pinning_in_two_updates_is_caught_by_an_invariant_in_every_scenario_that_places_a_pod() {
-    for file in ["03-pin-and-ungate-in-one-update.yaml", "04-wait-for-first-consumer.yaml", "12-template-claims-released.yaml"]
+    for file in
+        ["03-pin-and-ungate-in-one-update.yaml", "04-wait-for-first-consumer.yaml", "12-template-claims-released.yaml"]
     {
         let run = flipped(file, "two-update-pin");
         let stop = run.stop.as_ref().unwrap_or_else(|| panic!("{file}: no invariant broke"));

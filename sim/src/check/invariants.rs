@@ -391,8 +391,7 @@ impl Invariants {
     fn seen(&self, pod: &Pod) -> SeenPod {
         let live = !pod.phase.is_terminal();
         let role = pod_role(pod);
-        let gated_role =
-            role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
+        let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
         let held: Vec<String> = attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect();
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
@@ -435,8 +434,7 @@ impl Invariants {
     /// now fits. One that keeps fitting at every sample for longer than the reaction time is a liveness failure.
     fn sample_liveness(&mut self, store: &View, now: Millis, time: Time, leader: bool) -> Result<(), Violation> {
         let reaction_ms = i64::try_from(self.reaction.0).unwrap_or(i64::MAX);
-        let old_enough =
-            |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
+        let old_enough = |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
         // Without a leader nothing reconciles: the clock starts again once one leads.
         if !leader || !store.gated_pods().any(old_enough) {
             self.fitting.clear();
