@@ -7,6 +7,7 @@ mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
 mod sim_cmd;
+mod suite_cmd;
 mod whatif_cmd;
 
 use std::path::PathBuf;
@@ -55,6 +56,13 @@ enum Command {
         #[command(subcommand)]
         command: ImportCommand,
     },
+    /// Scenario files run in the twin, checked (invariants after every event, expectations), each run twice.
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCommand,
+    },
+    /// Every scenario of a directory (default scenarios/suite), checked: the CI suite.
+    Suite(suite_cmd::Suite),
     /// A capacity what-if study over the twin: variants × seeds, written as a report (docs/whatif.md).
     Whatif(whatif_cmd::Args),
     /// The discrete-event twin.
@@ -79,7 +87,16 @@ enum SimCommand {
         /// Print the run's figures as one JSON object.
         #[arg(long)]
         stats: bool,
+        /// The engine variant to run (default: the shipped engine).
+        #[arg(long, value_name = "NAME", default_value = "shipped")]
+        variant: String,
     },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCommand {
+    /// Checked runs of scenario files: a table per scenario × variant × seed; exit code 1 on any failure.
+    Run(suite_cmd::ScenarioRun),
 }
 
 #[derive(Subcommand)]
@@ -111,9 +128,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Controller(args) => controller_cmd::run(args)?,
         Command::Import { command: ImportCommand::Openb(options) } => import_cmd::openb(options)?,
         Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
+        Command::Scenario { command: ScenarioCommand::Run(args) } => return suite_cmd::scenario_run(args),
+        Command::Suite(args) => return suite_cmd::suite(args),
         Command::Whatif(args) => whatif_cmd::run(args)?,
-        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
-            sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
+        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, variant } } => {
+            return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, variant });
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -157,6 +157,28 @@ impl Writer {
                     .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
                 self.upsert(&written);
             }
+            // The two-update counterfactual's writes (never decided by the shipped engine the adapter runs): the
+            // gate removal on the decided resourceVersion, then the pin on whatever the pod is now.
+            Action::Ungate { pod, precondition } => {
+                let gates: Vec<Value> = self.remaining_gates(pod).iter().map(|name| json!({"name": name})).collect();
+                let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"schedulingGates": gates}});
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let written = api
+                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
+                self.upsert(&written);
+            }
+            Action::Pin { pod, node: _, terms } => {
+                let patch = json!({"spec": {"affinity": {"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let written = api
+                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
+                self.upsert(&written);
+            }
             Action::SetPodWaiting { pod, precondition, waiting } => {
                 let patch = pod_waiting_patch(precondition, waiting, now());
                 let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
@@ -351,6 +373,8 @@ fn action_name(action: &Action) -> &'static str {
         Action::OpenUsage { .. } => "OpenUsage",
         Action::CloseUsage { .. } => "CloseUsage",
         Action::PinAndUngate { .. } => "PinAndUngate",
+        Action::Ungate { .. } => "Ungate",
+        Action::Pin { .. } => "Pin",
         Action::SetPodWaiting { .. } => "SetPodWaiting",
         Action::PublishClass { .. } => "PublishClass",
         Action::Event { .. } => "Event",

@@ -43,3 +43,4 @@ pub mod references;
 pub mod review;
 pub mod rules;
 pub mod scheduling;
+pub mod variant;

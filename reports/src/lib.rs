@@ -1,5 +1,5 @@
 //! Capacity what-if studies over the twin: a study ([`study`]) names a base scenario and variants of it (node counts
-//! per class, budgets, arrival rates, lifetimes, engine options); every variant × seed runs in parallel
+//! per class, budgets, arrival rates, lifetimes, engine rules); every variant × seed runs in parallel
 //! ([`run_study`]), each run sampled over time ([`run`]); figures are aggregated across seeds ([`stats`]); a
 //! compaction search bisects a class's node count against an SLO; the report ([`render`], [`charts`]) is HTML with
 //! inline SVG charts, Markdown, SVG and PNG charts, summary.json and runs.csv. Same study and seeds, same bytes.
@@ -55,6 +55,8 @@ pub enum Progress {
 pub struct VariantSummary {
     pub name: String,
     pub description: String,
+    /// The engine's rules its runs used.
+    pub engine: gpuclaim_engine::variant::Variant,
     pub runs: usize,
     /// Every run scalar (see [`run::RunResult::scalars`]) over seeds.
     pub metrics: BTreeMap<String, Spread>,
@@ -109,14 +111,15 @@ pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync
         (0..scenarios.len()).flat_map(|v| study.seeds.iter().map(move |seed| (v, *seed))).collect();
     progress(Progress::Phase { name: "variants × seeds".to_owned(), runs: plan.len() as u64 });
     let runs = parallel(&plan, jobs, progress, |&(v, seed)| {
-        run_one(&study.variants[v].name, &scenarios[v], seed, study.samples, study.warmup)
+        let variant = &study.variants[v];
+        run_one(&variant.name, &scenarios[v], variant.engine, seed, study.samples, study.warmup)
     })?;
     let variants = study
         .variants
         .iter()
         .map(|variant| {
             let mine: Vec<&RunResult> = runs.iter().filter(|r| r.variant == variant.name).collect();
-            summarise(study, &variant.name, &variant.description, &mine)
+            summarise(study, variant, &mine)
         })
         .collect();
     let compaction = match &study.compaction {
@@ -127,7 +130,7 @@ pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync
 }
 
 /// One variant's runs over seeds.
-fn summarise(study: &Study, name: &str, description: &str, runs: &[&RunResult]) -> VariantSummary {
+fn summarise(study: &Study, variant: &study::Variant, runs: &[&RunResult]) -> VariantSummary {
     let metrics = spreads(runs.iter().map(|r| &r.scalars));
     let refusals: Vec<BTreeMap<String, f64>> =
         runs.iter().map(|r| r.refusals.iter().map(|(k, n)| (k.clone(), *n as f64)).collect()).collect();
@@ -148,8 +151,9 @@ fn summarise(study: &Study, name: &str, description: &str, runs: &[&RunResult]) 
         add("crash_loop".to_owned(), &|r| Some(&r.series.crash_loop));
     }
     VariantSummary {
-        name: name.to_owned(),
-        description: description.to_owned(),
+        name: variant.name.clone(),
+        description: variant.description.clone(),
+        engine: variant.engine,
         runs: runs.len(),
         metrics,
         refusals: spreads(refusals.iter()),
@@ -176,7 +180,7 @@ fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> 
             runs: study.seeds.len() as u64,
         });
         let runs = parallel(&study.seeds, jobs, progress, |&seed| {
-            run_one(&name, &scenario, seed, study.samples, study.warmup)
+            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup)
         })?;
         let values: Vec<f64> =
             runs.iter().map(|r| r.scalars.get(slo.metric.scalar()).copied().unwrap_or(0.0)).collect();

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
@@ -78,12 +79,14 @@ impl Mark {
 pub fn run_one(
     variant: &str,
     scenario: &Scenario,
+    engine: EngineVariant,
     seed: u64,
     samples: u32,
     warmup: Millis,
 ) -> Result<RunResult, RunError> {
     let fail = |reason: String| RunError { variant: variant.to_owned(), seed, reason };
     let mut world = scenario.build(seed, EventLog::new(None)).map_err(|e| fail(e.to_string()))?;
+    world.set_variant(engine);
     let duration = scenario.duration.0;
     let classes: Vec<(String, String, u64)> = scenario
         .cluster

@@ -1,11 +1,13 @@
 //! Study files: a base scenario, variants as overrides of it, seeds, the metrics to report, an optional SLO and an
 //! optional compaction search. Overrides are applied to the scenario's YAML tree before it is parsed, so a field
-//! the scenario format gains later (engine options, faults) can be varied without a change here.
+//! the scenario format gains later can be varied without a change here; a variant's engine rules (DESIGN.md §4)
+//! are a run option, as `gpuclaim sim run --variant` takes them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::scenario::{Duration, Scenario, parse_scenario};
 use serde::Deserialize;
@@ -176,12 +178,22 @@ struct VariantFile {
     /// a duration.
     #[serde(default)]
     workloads: BTreeMap<String, Map<String, Value>>,
-    /// Engine options, merged into the scenario's `engine` map.
+    /// The engine's rules (DESIGN.md §4): a variant's name (`gate-migration-targets`) or its options
+    /// (`{gateMigrationTargets: true, twoUpdatePin: true}`); default the shipped engine.
     #[serde(default)]
-    engine: Option<Map<String, Value>>,
+    engine: Option<EngineFile>,
     /// Anything else, deep-merged into the scenario's root.
     #[serde(default)]
     set: Option<Map<String, Value>>,
+}
+
+/// `engine: gate-migration-targets` or `engine: {gateMigrationTargets: true}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum EngineFile {
+    Named(String),
+    /// Over the shipped engine's: a map names only what it changes.
+    Options(Map<String, Value>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +222,8 @@ pub struct Variant {
     pub name: String,
     pub description: String,
     pub scenario: Value,
+    /// The engine's rules its runs use.
+    pub engine: EngineVariant,
 }
 
 /// A study ready to run.
@@ -297,7 +311,23 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         }
         let scenario = apply(&base, variant).map_err(|(at, reason)| invalid(&format!("{field}.{at}"), reason))?;
         to_scenario(&scenario).map_err(|reason| invalid(&field, format!("the scenario it gives: {reason}")))?;
-        variants.push(Variant { name: variant.name.clone(), description: variant.description.clone(), scenario });
+        let engine = match &variant.engine {
+            None => EngineVariant::SHIPPED,
+            Some(EngineFile::Options(options)) => {
+                let mut tree = serde_json::to_value(EngineVariant::SHIPPED).expect("plain booleans serialise");
+                merge(&mut tree, &Value::Object(options.clone()));
+                serde_json::from_value(tree).map_err(|e| invalid(&format!("{field}.engine"), e.to_string()))?
+            }
+            Some(EngineFile::Named(name)) => {
+                EngineVariant::named(name).map_err(|e| invalid(&format!("{field}.engine"), e.to_string()))?
+            }
+        };
+        variants.push(Variant {
+            name: variant.name.clone(),
+            description: variant.description.clone(),
+            scenario,
+            engine,
+        });
     }
     let slo = file.slo.map(|slo| Slo {
         metric: slo.metric,
@@ -367,9 +397,6 @@ fn apply(base: &Value, variant: &VariantFile) -> Result<Value, (String, String)>
             let target = &mut workload[key];
             *target = adjusted(target, value).map_err(|reason| (format!("workloads.{prefix}.{key}"), reason))?;
         }
-    }
-    if let Some(engine) = &variant.engine {
-        merge(&mut scenario["engine"], &Value::Object(engine.clone()));
     }
     if let Some(set) = &variant.set {
         merge(&mut scenario, &Value::Object(set.clone()));
@@ -486,15 +513,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn engine_options_merge_into_the_scenarios_engine_map() {
-        let base: Value = serde_json::json!({"name": "s", "engine": {"twoUpdatePin": false, "keep": 1}});
-        let variant: VariantFile = serde_json::from_value(serde_json::json!({
+    fn engine_rules_are_named_or_given_as_options() {
+        let named: VariantFile =
+            serde_json::from_value(serde_json::json!({"name": "v", "engine": "two-update-pin"})).unwrap();
+        assert!(matches!(named.engine, Some(EngineFile::Named(ref n)) if n == "two-update-pin"));
+        let options: VariantFile = serde_json::from_value(serde_json::json!({
             "name": "v",
-            "engine": {"twoUpdatePin": true, "gateMigrationTargets": true}
+            "engine": {"gateMigrationTargets": true, "noClassTolerations": true}
         }))
         .unwrap();
-        let tree = apply(&base, &variant).unwrap();
-        assert_eq!(tree["engine"], serde_json::json!({"twoUpdatePin": true, "gateMigrationTargets": true, "keep": 1}));
+        let Some(EngineFile::Options(map)) = options.engine else { panic!("options") };
+        assert_eq!(map.len(), 2);
     }
 
     #[test]

@@ -89,6 +89,7 @@ fn summary_figures_are_the_runs_statistics() {
     let run = &report.runs[0];
     let scenario = to_scenario(&study.variants[0].scenario).unwrap();
     let mut world = scenario.build(run.seed, EventLog::new(None)).unwrap();
+    world.set_variant(study.variants[0].engine);
     world.run(scenario.duration.0, 1_000_000_000).unwrap();
     assert_eq!(run.scalars["vm_starts"], world.vm_starts() as f64);
     assert_eq!(run.events, world.events());
@@ -231,6 +232,14 @@ fn bad_studies_name_the_file_the_field_and_the_reason() {
             format!("{head}variants: [{{name: a, set: {{duration: 1h, colour: blue}}}}]"),
             "field variants[0]: the scenario it gives: field colour: unknown field `colour`",
         ),
+        (
+            format!("{head}variants: [{{name: a, engine: fast}}]"),
+            "field variants[0].engine: unknown engine variant \"fast\"; known: shipped,",
+        ),
+        (
+            format!("{head}variants: [{{name: a, engine: {{gateMigrationTargets: true, fast: true}}}}]"),
+            "field variants[0].engine: unknown field `fast`",
+        ),
         (format!("{head}variants: [{{name: a}}, {{name: a}}]"), "field variants[1].name: \"a\" is used twice"),
         (format!("{head}variants: []"), "field variants: between 1 and 256 variants"),
         (format!("{head}seeds: 0\nvariants: [{{name: a}}]"), "field seeds: at least one seed"),
@@ -267,9 +276,7 @@ fn bad_studies_name_the_file_the_field_and_the_reason() {
 #[test]
 fn overrides_edit_the_scenario_tree_before_it_is_parsed() {
     let dir = scratch("overrides");
-    let study = format!(
-        "{STUDY}- name: engine-and-set\n  set: {{duration: 1h, cluster: {{claimsEnabled: false}}}}\n"
-    );
+    let study = format!("{STUDY}- name: engine-and-set\n  set: {{duration: 1h, cluster: {{claimsEnabled: false}}}}\n");
     let path = study_in(&dir, SCENARIO, &study);
     let study = load_study(&path).unwrap();
     let tree = |name: &str| study.variants.iter().find(|v| v.name == name).unwrap().scenario.clone();
@@ -283,4 +290,15 @@ fn overrides_edit_the_scenario_tree_before_it_is_parsed() {
     assert_eq!(merged["cluster"]["classes"], tree("base")["cluster"]["classes"], "a deep merge keeps siblings");
     let scenario = to_scenario(&merged).unwrap();
     assert!(!scenario.cluster.claims_enabled);
+}
+
+#[test]
+fn engine_options_name_a_variant_or_change_the_shipped_rules() {
+    let dir = scratch("engine");
+    let study = "name: e\nscenario: tiny.yaml\nvariants:\n- name: shipped\n- name: named\n  engine: two-update-pin\n- name: options\n  engine: {gateMigrationTargets: true, noClassTolerations: true}\n";
+    let study = load_study(&study_in(&dir, SCENARIO, study)).unwrap();
+    let engines: Vec<_> = study.variants.iter().map(|v| v.engine).collect();
+    assert_eq!(engines[0], gpuclaim_engine::variant::Variant::SHIPPED);
+    assert!(engines[1].two_update_pin && !engines[1].gate_migration_targets);
+    assert!(engines[2].gate_migration_targets && engines[2].no_class_tolerations && !engines[2].two_update_pin);
 }

@@ -10,10 +10,13 @@
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
-use gpuclaim_engine::controller::{Action, Changes, reconcile, reconcile_changes};
+use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, reconcile_with};
 use gpuclaim_engine::model::{Time, View};
+use gpuclaim_engine::variant::Variant;
 
-use crate::apiserver::watch::{Change, Touched, observe};
+use std::collections::BTreeMap;
+
+use crate::apiserver::watch::{Change, ObjectKey, Touched, observe, revision_of};
 
 /// The controller's service account (the settings name it as the template-claim creator).
 pub fn service_account(namespace: &str) -> String {
@@ -32,6 +35,12 @@ pub struct GpuController {
     /// The keys the last pass served: a pass cut short by a refused write serves them again.
     serving: Changes,
     pub user: String,
+    /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
+    pub variant: Variant,
+    /// Objects its own writes deleted, at the deletion's revision: the watch still brings their older states (the
+    /// echo of a deletion is not sent), and those must not bring them back. Dropped once the watch has passed the
+    /// revision (it delivers in revision order).
+    tombstones: BTreeMap<ObjectKey, u64>,
 }
 
 impl GpuController {
@@ -44,6 +53,8 @@ impl GpuController {
             resync: false,
             serving: Changes::default(),
             user,
+            variant: Variant::SHIPPED,
+            tombstones: BTreeMap::new(),
         }
     }
 
@@ -58,6 +69,17 @@ impl GpuController {
 
     /// A watch event: into the cache, its key onto the work queue.
     pub fn observe(&mut self, change: Change) {
+        if !self.tombstones.is_empty() {
+            let revision = revision_of(&change);
+            if self.tombstones.get(&change.key()).is_some_and(|deleted| revision <= *deleted) {
+                return;
+            }
+            self.tombstones.retain(|_, deleted| *deleted > revision);
+        }
+        self.apply(change);
+    }
+
+    fn apply(&mut self, change: Change) {
         let Some(touched) = observe(&mut self.cache, change) else { return };
         match touched {
             Touched::Claim(namespace, name) => {
@@ -82,7 +104,10 @@ impl GpuController {
 
     /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
     pub fn written(&mut self, change: Change) {
-        self.observe(change);
+        if let Change::Delete { .. } = &change {
+            self.tombstones.insert(change.key(), revision_of(&change));
+        }
+        self.apply(change);
     }
 
     /// The next pass goes over everything (a new leader's first pass).
@@ -97,9 +122,9 @@ impl GpuController {
         self.dirty = false;
         self.serving = std::mem::take(&mut self.changes);
         if self.resync {
-            return reconcile(&self.cache, now);
+            return reconcile_with(&self.cache, now, &self.variant);
         }
-        reconcile_changes(&self.cache, now, &self.serving)
+        reconcile_changes_with(&self.cache, now, &self.serving, &self.variant)
     }
 
     /// A write was refused: the pass stops there, so the keys it served go back on the queue (the writes it did
@@ -116,7 +141,10 @@ impl GpuController {
             | Action::DeleteClaim { claim, .. } => {
                 self.changes.claims.insert((claim.namespace.clone(), claim.name.clone()));
             }
-            Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => {
+            Action::PinAndUngate { pod, .. }
+            | Action::Ungate { pod, .. }
+            | Action::Pin { pod, .. }
+            | Action::SetPodWaiting { pod, .. } => {
                 if let Some(vmi) = self.cache.pod(&pod.namespace, &pod.name).and_then(|p| p.owner_vmi.clone()) {
                     self.changes.vmis.insert((pod.namespace.clone(), vmi.name));
                 }

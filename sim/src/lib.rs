@@ -20,6 +20,7 @@
 //! ```
 
 pub mod apiserver;
+pub mod check;
 pub mod gpu_controller;
 pub mod import;
 pub mod kernel;

@@ -18,13 +18,15 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::keys::{self, kubevirt};
-use gpuclaim_engine::model::{Class, GpuMode, Node, Published, View};
+use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::variant::Variant;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use rand::RngExt;
 use serde::Deserialize;
 
+use crate::check::{Expectation, ExpectationSpec, REACTION_TIME_DEFAULT};
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
@@ -58,6 +60,37 @@ pub struct Scenario {
     /// Faults by rate (all off by default).
     #[serde(default)]
     pub faults: Option<FaultsSpec>,
+    /// The engine variants the scenario runs, by name (default: the shipped engine alone).
+    #[serde(default)]
+    pub variants: Vec<String>,
+    /// What the runs must show (see `check::expect`).
+    #[serde(default)]
+    pub expect: Vec<ExpectationSpec>,
+    /// How the invariant checks judge settling (default reaction time 60 s).
+    #[serde(default)]
+    pub invariants: Option<InvariantsSpec>,
+    /// How the API server calls the webhooks.
+    #[serde(default)]
+    pub admission: Option<AdmissionSpec>,
+}
+
+/// The invariant checks' settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvariantsSpec {
+    /// How long the controller may take to act on a change (usage records, liveness).
+    #[serde(default)]
+    pub reaction_time: Option<Duration>,
+}
+
+/// The admission chain's settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdmissionSpec {
+    /// Another mutating webhook changes pods after ours, so the API server calls ours again
+    /// (`reinvocationPolicy: IfNeeded`).
+    #[serde(default)]
+    pub reinvoke_pod_webhook: bool,
 }
 
 /// A duration written `90s`, `15m`, `6h`, `30d` or `1500ms`.
@@ -72,7 +105,7 @@ impl<'de> Deserialize<'de> for Duration {
 }
 
 /// A duration as Go writes them: one or more `<integer><unit>` parts (`90s`, `6h10m`, `1500ms`).
-fn parse_duration(text: &str) -> Result<Millis, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Millis, String> {
     let mut rest = text;
     let mut total = 0u64;
     if rest.is_empty() {
@@ -156,6 +189,18 @@ pub struct TenantSpec {
     /// class → units (a ResourceQuota's `requests.gpu.cozystack.io/<class>`).
     #[serde(default)]
     pub budgets: BTreeMap<String, u64>,
+    /// Held claims the tenant ordered before the run (Pending: the controller binds them).
+    #[serde(default)]
+    pub claims: Vec<HeldClaimSpec>,
+}
+
+/// A held claim a tenant holds when the run starts.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeldClaimSpec {
+    pub name: String,
+    pub class: String,
+    pub count: u32,
 }
 
 /// VMs arriving as a Poisson process, each running for an exponentially distributed time once Running.
@@ -307,17 +352,62 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     // want as tags.
     let value: serde_json::Value =
         serde_yaml_ng::from_str(text).map_err(|e| invalid("(scenario)", format!("not valid YAML: {e}")))?;
-    serde_path_to_error::deserialize(&value).map_err(|e| {
+    let scenario: Scenario = serde_path_to_error::deserialize(&value).map_err(|e| {
         let field = e.path().to_string();
         invalid(if field == "." { "(scenario)".to_owned() } else { field }, e.into_inner().to_string())
-    })
+    })?;
+    scenario.variants()?;
+    scenario.expectations()?;
+    Ok(scenario)
 }
 
 impl Scenario {
+    /// The engine variants it runs, named: the shipped engine unless it lists others.
+    pub fn variants(&self) -> Result<Vec<(String, Variant)>, ScenarioError> {
+        if self.variants.is_empty() {
+            return Ok(vec![("shipped".to_owned(), Variant::SHIPPED)]);
+        }
+        let mut named = Vec::new();
+        for (index, name) in self.variants.iter().enumerate() {
+            let variant = Variant::named(name).map_err(|e| invalid(format!("variants[{index}]"), e.to_string()))?;
+            if named.iter().any(|(seen, _)| seen == name) {
+                return Err(invalid(format!("variants[{index}]"), format!("{name:?} is listed twice")));
+            }
+            named.push((name.clone(), variant));
+        }
+        Ok(named)
+    }
+
+    /// Its expectations, checked: each names one subject and when, and only variants the scenario runs.
+    pub fn expectations(&self) -> Result<Vec<Expectation>, ScenarioError> {
+        let variants = self.variants()?;
+        let mut parsed = Vec::with_capacity(self.expect.len());
+        for (index, spec) in self.expect.iter().enumerate() {
+            let field = format!("expect[{index}]");
+            let expectation = spec.parse(&field).map_err(|(field, reason)| invalid(field, reason))?;
+            for name in expectation.variants.iter().flatten() {
+                if !variants.iter().any(|(known, _)| known == name) {
+                    return Err(invalid(
+                        format!("{field}.variants"),
+                        format!("{name:?} is not among the scenario's variants"),
+                    ));
+                }
+            }
+            parsed.push(expectation);
+        }
+        Ok(parsed)
+    }
+
+    /// The reaction time the invariant checks allow the controller.
+    pub fn reaction_time(&self) -> Millis {
+        self.invariants.as_ref().and_then(|i| i.reaction_time).map_or(REACTION_TIME_DEFAULT, |d| d.0)
+    }
+
     /// The world this scenario starts from, with its workloads' first arrivals and its timed VMs scheduled.
     pub fn build(&self, seed: u64, log: EventLog) -> Result<World, ScenarioError> {
         let mut world = World::new(seed, self.store()?, Timing::default(), log);
         world.claims_enabled = self.cluster.claims_enabled;
+        world.api.admission.reinvoke_pod_webhook = self.admission.as_ref().is_some_and(|a| a.reinvoke_pod_webhook);
         if let Some(controller) = &self.controller {
             let mut spec = DeploymentSpec { replicas: controller.replicas, ..DeploymentSpec::default() };
             if let Some(sync) = &controller.cache_sync {
@@ -467,6 +557,32 @@ impl Scenario {
             store.set_vgpu_entitled(&tenant.name, tenant.vgpu_entitled);
             if !tenant.budgets.is_empty() {
                 store.upsert_quota(&tenant.name, "gpu-budget", tenant.budgets.clone());
+            }
+        }
+        for (index, tenant) in self.cluster.tenants.iter().enumerate() {
+            for (claim_index, held) in tenant.claims.iter().enumerate() {
+                let field = format!("cluster.tenants[{index}].claims[{claim_index}]");
+                if store.class(&held.class).is_none() {
+                    return Err(invalid(
+                        format!("{field}.class"),
+                        format!("no class {:?} in cluster.classes", held.class),
+                    ));
+                }
+                if held.count == 0 {
+                    return Err(invalid(format!("{field}.count"), "must be at least 1"));
+                }
+                if store.claim(&tenant.name, &held.name).is_some() {
+                    return Err(invalid(format!("{field}.name"), format!("{:?} is listed twice", held.name)));
+                }
+                store.upsert_claim(Claim {
+                    namespace: tenant.name.clone(),
+                    name: held.name.clone(),
+                    uid: format!("uid-claim-{}-{}", tenant.name, held.name),
+                    resource_version: "1".to_owned(),
+                    class: held.class.clone(),
+                    count: held.count,
+                    ..Claim::default()
+                });
             }
         }
         Ok(store)

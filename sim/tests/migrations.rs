@@ -136,7 +136,7 @@ fn a_target_left_at_the_gate_is_deleted_after_900_s() {
     world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1))).unwrap();
     world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "vm".into() }).unwrap();
     // The counterfactual webhook that gates migration targets: the target stays Pending, gated, not Unschedulable.
-    world.api.admission.gate_migration_targets = true;
+    world.set_variant(gpuclaim_engine::variant::Variant::named("gate-migration-targets").unwrap());
     world.run(Millis::seconds(60), 100_000).unwrap();
     let target = world.migrations().values().next().unwrap().target_pod.clone().unwrap();
     let pod = world.store().pod("tenant-a", &target).unwrap();

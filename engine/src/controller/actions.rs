@@ -61,6 +61,12 @@ pub enum Action {
     /// In one pod update: remove the placement gate and set the required node-affinity terms to `terms` (the pod's
     /// own terms with the pin appended to each).
     PinAndUngate { pod: ObjectRef, precondition: String, node: String, terms: Vec<NodeSelectorTerm> },
+    /// Variant `two_update_pin` only: the first of two pod updates, removing the placement gate alone.
+    Ungate { pod: ObjectRef, precondition: String },
+    /// Variant `two_update_pin` only: the second update, setting the pinned terms, written on the resourceVersion the
+    /// [`Action::Ungate`] before it returned (a client chaining its two writes). The API server refuses it: the pod
+    /// is no longer gated, so its node affinity may not change.
+    Pin { pod: ObjectRef, node: String, terms: Vec<NodeSelectorTerm> },
     /// Write the pod's placement condition: why it still waits.
     SetPodWaiting { pod: ObjectRef, precondition: String, waiting: Reason },
     /// Write a class's published free units.
@@ -79,7 +85,7 @@ impl Action {
             Action::DeleteClaim { .. } => 2,
             Action::CloseUsage { .. } => 3,
             Action::OpenUsage { .. } => 4,
-            Action::PinAndUngate { .. } => 5,
+            Action::PinAndUngate { .. } | Action::Ungate { .. } | Action::Pin { .. } => 5,
             Action::SetPodWaiting { .. } => 6,
             Action::PublishClass { .. } => 7,
             Action::Event { .. } => 8,

@@ -104,6 +104,22 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 pod.resource_version = bump(&pod.resource_version);
             });
         }
+        Action::Ungate { pod: key, precondition } => {
+            pod_at(view, key, precondition)?;
+            view.edit_pod(&key.namespace, &key.name, |pod| {
+                pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
+                pod.resource_version = bump(&pod.resource_version);
+            });
+        }
+        Action::Pin { pod: key, terms, .. } => {
+            if view.pod(&key.namespace, &key.name).is_none() {
+                return Err(conflict("Pod", key, "not found"));
+            }
+            view.edit_pod(&key.namespace, &key.name, |pod| {
+                pod.required_terms = Some(terms.clone());
+                pod.resource_version = bump(&pod.resource_version);
+            });
+        }
         Action::SetPodWaiting { pod: key, precondition, waiting } => {
             pod_at(view, key, precondition)?;
             view.edit_pod(&key.namespace, &key.name, |pod| {

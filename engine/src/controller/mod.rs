@@ -27,6 +27,7 @@ pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 
 use crate::model::{Claim, ClaimPhase, Class, Time, View, VmiRef};
+use crate::variant::Variant;
 
 /// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
 /// cost a pass (candidates come best fit first, so the first fitting node is usually among the first few).
@@ -34,8 +35,13 @@ pub const CANDIDATES_PER_PLACEMENT_MAX: usize = 4_096;
 
 /// One reconcile pass over everything: what the controller decides, given the view and the time.
 pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
+    reconcile_with(view, now, &Variant::SHIPPED)
+}
+
+/// [`reconcile`] under an engine variant (`two_update_pin` writes the gate removal and the pin apart).
+pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> {
     let claims: Vec<&Claim> = view.claims().collect();
-    Pass::new(view, now).run(&claims, None)
+    Pass::new(view, now, *variant).run(&claims, None)
 }
 
 /// What changed since the view was last reconciled: the keys a controller's work queue holds (from watch events,
@@ -55,13 +61,18 @@ pub struct Changes {
 /// on changed nodes) besides the waiters. On a view reconciled before (its last pass's writes applied), it returns
 /// exactly what [`reconcile`] returns, at a cost that follows the change rather than the claims held.
 pub fn reconcile_changes(view: &View, now: Time, changes: &Changes) -> Vec<Action> {
+    reconcile_changes_with(view, now, changes, &Variant::SHIPPED)
+}
+
+/// [`reconcile_changes`] under an engine variant.
+pub fn reconcile_changes_with(view: &View, now: Time, changes: &Changes, variant: &Variant) -> Vec<Action> {
     let changed = changes.claims.iter().filter_map(|(namespace, name)| view.claim(namespace, name));
     let of_runs = changes.vmis.iter().flat_map(|(namespace, vmi)| view.claims_of_run(namespace, vmi));
     let on_nodes = changes.nodes.iter().flat_map(|node| view.claims_on_node(node));
     let visit: BTreeMap<ClaimKey<'_>, &Claim> =
         changed.chain(of_runs).chain(on_nodes).map(|c| (key_of(c), c)).collect();
     let claims: Vec<&Claim> = visit.into_values().collect();
-    Pass::new(view, now).run(&claims, Some(changes))
+    Pass::new(view, now, *variant).run(&claims, Some(changes))
 }
 
 /// A claim's identity within a pass, borrowed from the view: bookkeeping a pass does per claim allocates nothing.
@@ -82,6 +93,7 @@ struct NewClaim {
 struct Pass<'v> {
     view: &'v View,
     now: Time,
+    variant: Variant,
     /// Claim statuses this pass writes (only where they differ from the view).
     statuses: BTreeMap<ClaimKey<'v>, ClaimStatus>,
     /// Finalizer changes this pass writes.
@@ -123,10 +135,11 @@ impl<'v> Pass<'v> {
         self.finish()
     }
 
-    fn new(view: &'v View, now: Time) -> Self {
+    fn new(view: &'v View, now: Time, variant: Variant) -> Self {
         Pass {
             view,
             now,
+            variant,
             statuses: BTreeMap::new(),
             finalizers: BTreeMap::new(),
             deleted: BTreeSet::new(),

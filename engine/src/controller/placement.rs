@@ -304,12 +304,16 @@ impl<'v> Pass<'v> {
         let pinned = self.pinned.entry(node.to_owned()).or_insert((0, 0));
         pinned.0 += pod.cpu_millis;
         pinned.1 += pod.memory_bytes;
-        self.actions.push(Action::PinAndUngate {
-            pod: ObjectRef::new(&pod.namespace, &pod.name),
-            precondition: pod.resource_version.clone(),
-            node: node.to_owned(),
-            terms: pin_terms(pod.required_terms.as_deref(), node),
-        });
+        let key = ObjectRef::new(&pod.namespace, &pod.name);
+        let terms = pin_terms(pod.required_terms.as_deref(), node);
+        if self.variant.two_update_pin {
+            let precondition = pod.resource_version.clone();
+            self.actions.push(Action::Ungate { pod: key.clone(), precondition });
+            self.actions.push(Action::Pin { pod: key, node: node.to_owned(), terms });
+        } else {
+            let precondition = pod.resource_version.clone();
+            self.actions.push(Action::PinAndUngate { pod: key, precondition, node: node.to_owned(), terms });
+        }
         let units: u32 = members.iter().map(|m| m.count).sum();
         let message = format!("placed on node {node:?} with {units} GPU units of {} claims", members.len());
         self.event(EventKind::Pod, ObjectRef::new(&pod.namespace, &pod.name), "Placed", message);

@@ -9,9 +9,9 @@ mod render;
 mod vmi;
 
 pub use order::{OrderRefusal, validate_order};
-pub use pod::{PodPatch, PodRefusal, PodRole, mutate_pod, pod_role};
+pub use pod::{PodPatch, PodRefusal, PodRole, mutate_pod, mutate_pod_with, pod_role};
 pub use render::{RenderRefusal, VmRender, render_vm};
-pub use vmi::{UNITS_PER_VMI_MAX, VmiPatch, VmiRefusal, admit_vmi};
+pub use vmi::{UNITS_PER_VMI_MAX, VmiPatch, VmiRefusal, admit_vmi, admit_vmi_with};
 
 /// What every refusal of a rule offers the webhook answer.
 pub trait Refusal: std::fmt::Display {

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use crate::keys::{self, kubevirt};
 use crate::model::{Pod, View};
 use crate::references::parse_attachments;
+use crate::variant::Variant;
 
 use super::Refusal;
 
@@ -113,7 +114,15 @@ pub fn pod_role(pod: &Pod) -> PodRole {
 /// may be called again). The classes come from the attachments annotation KubeVirt copies from the VMI. A class
 /// deleted since the VMI was admitted adds no tolerations; the controller reports it while the pod waits.
 pub fn mutate_pod(view: &View, pod: &Pod) -> Result<PodPatch, PodRefusal> {
-    if !pod_role(pod).is_gated() {
+    mutate_pod_with(view, pod, &Variant::SHIPPED)
+}
+
+/// [`mutate_pod`] under an engine variant: `gate_migration_targets` treats a migration target like a launcher;
+/// `no_class_tolerations` adds the gate alone.
+pub fn mutate_pod_with(view: &View, pod: &Pod, variant: &Variant) -> Result<PodPatch, PodRefusal> {
+    let role = pod_role(pod);
+    let gated = role.is_gated() || (variant.gate_migration_targets && role == PodRole::MigrationTarget);
+    if !gated {
         return Ok(PodPatch::default());
     }
     let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(PodRefusal::MissingAttachments)?;
@@ -126,6 +135,9 @@ pub fn mutate_pod(view: &View, pod: &Pod) -> Result<PodPatch, PodRefusal> {
     let mut classes: Vec<&str> = attachments.iter().map(|a| a.class.as_str()).collect();
     classes.sort_unstable();
     classes.dedup();
+    if variant.no_class_tolerations {
+        return Ok(patch);
+    }
     for class in classes.into_iter().filter_map(|name| view.class(name)) {
         for toleration in &class.tolerations {
             if !pod.tolerations.contains(toleration) && !patch.add_tolerations.contains(toleration) {
@@ -190,6 +202,23 @@ mod tests {
         pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
         assert_eq!(pod_role(&pod), PodRole::MigrationTarget);
         assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
+    }
+
+    #[test]
+    fn the_gate_migration_targets_variant_gates_targets_like_launchers() {
+        let mut pod = launcher();
+        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
+        let variant = Variant::named("gate-migration-targets").unwrap();
+        let patch = mutate_pod_with(&platform(), &pod, &variant).unwrap();
+        assert!(patch.add_gate);
+        assert_eq!(patch.add_tolerations.len(), 2);
+    }
+
+    #[test]
+    fn the_no_class_tolerations_variant_adds_the_gate_alone() {
+        let variant = Variant::named("no-class-tolerations").unwrap();
+        let patch = mutate_pod_with(&platform(), &launcher(), &variant).unwrap();
+        assert_eq!(patch, PodPatch { add_gate: true, add_tolerations: Vec::new() });
     }
 
     #[test]

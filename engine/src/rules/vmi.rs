@@ -1,11 +1,13 @@
 //! The VMI webhook rule: resolve a VMI's claim references and record the start on the VMI itself.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::keys;
 use crate::model::{GpuDevice, View, Vmi};
 use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
+
+use crate::variant::Variant;
 
 use super::Refusal;
 
@@ -84,6 +86,20 @@ pub enum VmiRefusal {
     TooManyUnits {
         units: u64,
     },
+    /// Variant `refuse_short_at_admission` only: the units do not fit the class's published free units on one node
+    /// (or a held claim is not bound to a node).
+    CapacityShort {
+        class: String,
+        count: u64,
+        largest_free_on_node: u64,
+    },
+    /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left.
+    BudgetShort {
+        class: String,
+        count: u64,
+        bound: u64,
+        budget: u64,
+    },
 }
 
 impl fmt::Display for VmiRefusal {
@@ -115,6 +131,16 @@ impl fmt::Display for VmiRefusal {
             TooManyUnits { units } => {
                 write!(f, "the VMI attaches {units} GPU units, more than the {UNITS_PER_VMI_MAX} one VMI may")
             }
+            CapacityShort { class, count, largest_free_on_node } => write!(
+                f,
+                "the VMI needs {count} units of GPU class {class:?} on one node; at most {largest_free_on_node} are \
+                 free on any node"
+            ),
+            BudgetShort { class, count, bound, budget } => write!(
+                f,
+                "the VMI orders {count} units of GPU class {class:?}; the namespace holds {bound} of its budget of \
+                 {budget}"
+            ),
         }
     }
 }
@@ -136,6 +162,8 @@ impl Refusal for VmiRefusal {
             CountNotPositive { .. } => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
             TooManyUnits { .. } => "TooManyUnits",
+            CapacityShort { .. } => "CapacityShort",
+            BudgetShort { .. } => "BudgetShort",
         }
     }
 
@@ -152,11 +180,20 @@ impl Refusal for VmiRefusal {
 /// sending the VM into KubeVirt's start backoff). Records the attachments annotation and one GPU entry per unit
 /// with the class's resource name, because KubeVirt renders the launcher's requests from the VMI spec.
 pub fn admit_vmi(view: &View, vmi: &Vmi) -> Result<VmiPatch, VmiRefusal> {
+    admit_vmi_with(view, vmi, &Variant::SHIPPED)
+}
+
+/// [`admit_vmi`] under an engine variant: `refuse_short_at_admission` also refuses what capacity or budget cannot
+/// meet now.
+pub fn admit_vmi_with(view: &View, vmi: &Vmi, variant: &Variant) -> Result<VmiPatch, VmiRefusal> {
     if vmi.labels.get(keys::LABEL_CLAIMS).map(String::as_str) != Some(keys::TRUE) {
         return Ok(VmiPatch::default());
     }
     let entries = read_references(vmi)?;
     let attachments = resolve(view, &vmi.namespace, &vmi.name, &entries)?;
+    if variant.refuse_short_at_admission {
+        refuse_short(view, &vmi.namespace, &attachments)?;
+    }
     let gpus = unit_devices(view, &attachments)?;
     let annotation = attachments_json(&attachments);
     let mut patch = VmiPatch::default();
@@ -170,6 +207,40 @@ pub fn admit_vmi(view: &View, vmi: &Vmi) -> Result<VmiPatch, VmiRefusal> {
         return Err(VmiRefusal::MixedList);
     }
     Ok(patch)
+}
+
+/// The counterfactual check a webhook could make from what it reads: per class, the template units against the
+/// published largest free units on one node and against the budget's unbound rest; held claims must be bound.
+fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Result<(), VmiRefusal> {
+    let mut per_class: BTreeMap<&str, u64> = BTreeMap::new();
+    for attachment in attachments {
+        match attachment.claim.as_deref().and_then(|name| view.claim(namespace, name)) {
+            Some(held) if held.node.is_none() => {
+                return Err(VmiRefusal::CapacityShort {
+                    class: held.class.clone(),
+                    count: u64::from(held.count),
+                    largest_free_on_node: view.class(&held.class).map_or(0, |c| c.published.largest_free_on_node),
+                });
+            }
+            Some(_) => {}
+            None => *per_class.entry(attachment.class.as_str()).or_insert(0) += u64::from(attachment.count),
+        }
+    }
+    let tenant = view.tenant(namespace);
+    for (class_name, count) in per_class {
+        let Some(class) = view.class(class_name) else { continue };
+        let largest_free_on_node = class.published.largest_free_on_node;
+        if count > largest_free_on_node {
+            return Err(VmiRefusal::CapacityShort { class: class_name.to_owned(), count, largest_free_on_node });
+        }
+        if let Some(budget) = tenant.and_then(|t| t.budget(class_name)) {
+            let bound = tenant.map_or(0, |t| t.units_bound(class_name));
+            if bound + count > budget {
+                return Err(VmiRefusal::BudgetShort { class: class_name.to_owned(), count, bound, budget });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read_references(vmi: &Vmi) -> Result<Vec<GpuEntry>, VmiRefusal> {
@@ -326,6 +397,33 @@ mod tests {
         assert_eq!(attachments[2].template, Some(1));
         let devices: Vec<_> = patch.gpus.unwrap().into_iter().map(|g| g.device_name).collect();
         assert_eq!(devices, [H100, H100, "nvidia.com/A100-40C"]);
+    }
+
+    #[test]
+    fn the_refusing_variant_refuses_what_capacity_or_budget_cannot_meet_now() {
+        let refusing = Variant::named("refuse-at-admission").unwrap();
+        // platform(): h100 publishes 8 free on one node; tenant-a's budget is 8 with 3 units bound.
+        let nine =
+            vmi(r#"[{"claimTemplate":{"class":"h100","count":5}},{"claimTemplate":{"class":"h100","count":4}}]"#);
+        let refusal = admit_vmi_with(&platform(), &nine, &refusing).unwrap_err();
+        assert_eq!(refusal, VmiRefusal::CapacityShort { class: "h100".into(), count: 9, largest_free_on_node: 8 });
+        assert_eq!(refusal.reason(), "CapacityShort");
+        assert_eq!(
+            refusal.to_string(),
+            "the VMI needs 9 units of GPU class \"h100\" on one node; at most 8 are free on any node"
+        );
+        let six = vmi(r#"[{"claimTemplate":{"class":"h100","count":6}}]"#);
+        let refusal = admit_vmi_with(&platform(), &six, &refusing).unwrap_err();
+        assert_eq!(refusal, VmiRefusal::BudgetShort { class: "h100".into(), count: 6, bound: 3, budget: 8 });
+        assert_eq!(
+            refusal.to_string(),
+            "the VMI orders 6 units of GPU class \"h100\"; the namespace holds 3 of its budget of 8"
+        );
+        // The shipped rule admits both: their launchers wait at the gate instead.
+        assert!(admit_vmi(&platform(), &nine).is_ok());
+        assert!(admit_vmi(&platform(), &six).is_ok());
+        // What fits now passes the refusing variant too.
+        assert!(admit_vmi_with(&platform(), &vmi(r#"[{"claim":"train-a"}]"#), &refusing).is_ok());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Claim, Pod, View, Vmi};
 use gpuclaim_engine::review::Webhook;
 use gpuclaim_engine::rules::{self, Refusal};
+use gpuclaim_engine::variant::Variant;
 
 /// The Service in front of the webhook replicas (the chart's names).
 pub const WEBHOOK_SERVICE: &str = "gpuclaim-webhook";
@@ -47,9 +48,11 @@ pub struct Admission {
     pub ready_replicas: u32,
     /// The controller's namespace (the Service's).
     pub namespace: String,
-    /// Counterfactual: the pod webhook gates migration targets too (what the shipped rule refuses to do, DESIGN.md
-    /// §3: KubeVirt deletes a target that stays pending). Off unless a scenario asks for it.
-    pub gate_migration_targets: bool,
+    /// The engine's rules the webhooks run (the shipped ones unless a scenario asks for a counterfactual).
+    pub variant: Variant,
+    /// The API server calls the pod webhook again after the chain (`reinvocationPolicy: IfNeeded` with another
+    /// mutating webhook changing the pod after ours): the rule must add nothing twice.
+    pub reinvoke_pod_webhook: bool,
 }
 
 impl Default for Admission {
@@ -57,7 +60,8 @@ impl Default for Admission {
         Admission {
             ready_replicas: 2,
             namespace: keys::DEFAULT_CONTROLLER_NAMESPACE.to_owned(),
-            gate_migration_targets: false,
+            variant: Variant::SHIPPED,
+            reinvoke_pod_webhook: false,
         }
     }
 }
@@ -76,7 +80,8 @@ impl Admission {
             return Ok(());
         }
         self.reachable(Webhook::Vmi)?;
-        let patch = rules::admit_vmi(view, vmi).map_err(|refusal| denied(Webhook::Vmi, &refusal))?;
+        let patch =
+            rules::admit_vmi_with(view, vmi, &self.variant).map_err(|refusal| denied(Webhook::Vmi, &refusal))?;
         patch.apply(vmi);
         Ok(())
     }
@@ -87,11 +92,11 @@ impl Admission {
             return Ok(());
         }
         self.reachable(Webhook::Pod)?;
-        let patch = rules::mutate_pod(view, pod).map_err(|refusal| denied(Webhook::Pod, &refusal))?;
-        patch.apply(pod);
-        let target = rules::pod_role(pod) == rules::PodRole::MigrationTarget;
-        if self.gate_migration_targets && target && !pod.scheduling_gates.iter().any(|g| g == keys::GATE_PLACEMENT) {
-            pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
+        let calls = if self.reinvoke_pod_webhook { 2 } else { 1 };
+        for _ in 0..calls {
+            let patch =
+                rules::mutate_pod_with(view, pod, &self.variant).map_err(|refusal| denied(Webhook::Pod, &refusal))?;
+            patch.apply(pod);
         }
         Ok(())
     }

@@ -323,6 +323,14 @@ impl ApiServer {
     /// watcher is the writer, whose cache already holds them (written through), so their echo would change nothing.
     /// What the garbage collector does in consequence (the usage records of a released claim) is returned with it.
     pub fn write(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
+        let changes = self.write_action(action, now, requester)?;
+        for change in &changes {
+            self.watch.note(change);
+        }
+        Ok(changes)
+    }
+
+    fn write_action(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
         match action {
             Action::CreateClaim { claim, .. } => {
                 if self.store.claim(&claim.namespace, &claim.name).is_some() {
@@ -379,13 +387,22 @@ impl ApiServer {
                     .map_err(|_| conflict(Kind::Usage, usage))?;
                 Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
             }
-            Action::PinAndUngate { pod: key, precondition, .. }
-            | Action::SetPodWaiting { pod: key, precondition, .. } => {
+            Action::PinAndUngate { pod: key, .. }
+            | Action::Ungate { pod: key, .. }
+            | Action::Pin { pod: key, .. }
+            | Action::SetPodWaiting { pod: key, .. } => {
                 let old = self
                     .store
                     .pod(&key.namespace, &key.name)
                     .ok_or(ApiError::NotFound { kind: Kind::Pod, name: key.name.clone() })?;
-                if old.resource_version != *precondition {
+                // A Pin is chained on the revision the Ungate before it returned: nothing can come between them.
+                let precondition = match action {
+                    Action::PinAndUngate { precondition, .. }
+                    | Action::Ungate { precondition, .. }
+                    | Action::SetPodWaiting { precondition, .. } => precondition.as_str(),
+                    _ => old.resource_version.as_str(),
+                };
+                if old.resource_version != precondition {
                     return Err(conflict(Kind::Pod, key));
                 }
                 // The engine's write, then the API server's update validation of old against new: what the write

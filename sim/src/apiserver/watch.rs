@@ -42,6 +42,33 @@ pub struct Watch {
     delivery_scheduled: bool,
     /// A lag drawn per change, uniform in [lag, max], from its own stream (a fault a scenario switches on).
     jitter: Option<(Millis, rand_chacha::ChaCha8Rng)>,
+    /// The keys of every change written since the journal was last taken, when someone reads it (the run's
+    /// invariant checks look at what an event touched, not at the whole store).
+    journal: Option<Vec<ObjectKey>>,
+}
+
+/// Which object a change is about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Change {
+    /// The object the change is about.
+    pub fn key(&self) -> ObjectKey {
+        let (kind, namespace, name) = match self {
+            Change::Upsert(Object::Class(o)) => (Kind::Class, "", o.name.as_str()),
+            Change::Upsert(Object::Claim(o)) => (Kind::Claim, o.namespace.as_str(), o.name.as_str()),
+            Change::Upsert(Object::Usage(o)) => (Kind::Usage, o.namespace.as_str(), o.name.as_str()),
+            Change::Upsert(Object::Pod(o)) => (Kind::Pod, o.namespace.as_str(), o.name.as_str()),
+            Change::Upsert(Object::Vmi(o)) => (Kind::Vmi, o.namespace.as_str(), o.name.as_str()),
+            Change::Upsert(Object::Node(o)) => (Kind::Node, "", o.name.as_str()),
+            Change::Delete { kind, namespace, name, .. } => (*kind, namespace.as_str(), name.as_str()),
+        };
+        ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+    }
 }
 
 impl Watch {
@@ -55,7 +82,25 @@ impl Watch {
         self.jitter = Some((max.max(self.lag), rng));
     }
 
+    /// Starts keeping the journal of changed keys.
+    pub fn keep_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The keys changed since the last call (empty unless the journal is kept).
+    pub fn take_journal(&mut self) -> Vec<ObjectKey> {
+        self.journal.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Notes a change written outside the stream (a watcher's own write) in the journal.
+    pub(super) fn note(&mut self, change: &Change) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(change.key());
+        }
+    }
+
     pub(super) fn push(&mut self, change: Change) {
+        self.note(&change);
         let lag = match &mut self.jitter {
             Some((max, rng)) => Millis(rand::RngExt::random_range(rng, self.lag.0..=max.0)),
             None => self.lag,
@@ -80,6 +125,19 @@ impl Watch {
         self.delivery_scheduled = false;
         let due = self.queue.iter().take_while(|(at, _)| *at <= now).count();
         self.queue.drain(..due).map(|(_, change)| change).collect()
+    }
+}
+
+/// The revision a change was written at.
+pub fn revision_of(change: &Change) -> u64 {
+    match change {
+        Change::Upsert(Object::Class(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Claim(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Usage(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Pod(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Vmi(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Node(o)) => revision(&o.resource_version),
+        Change::Delete { revision: at, .. } => revision(at),
     }
 }
 

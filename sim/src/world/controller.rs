@@ -109,6 +109,14 @@ impl World {
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
+            Action::Ungate { pod, .. } => {
+                self.record("gpu-controller", &format!("Pod {pod}"), "Ungated", vec![])?;
+                let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
+                self.schedule_at(self.now(), event)
+            }
+            Action::Pin { pod, node, .. } => {
+                self.record("gpu-controller", &format!("Pod {pod}"), "Pinned", vec![("node", node.clone())])
+            }
             Action::SetPodWaiting { pod, waiting, .. } => {
                 self.metrics.count(&format!("{}{}", crate::metrics::WAITING_PREFIX, waiting.reason));
                 let fields = vec![("reason", waiting.reason.clone())];
@@ -136,7 +144,10 @@ fn target(action: &Action) -> (Kind, ObjectRef) {
         Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
             (Kind::Claim, claim.clone())
         }
-        Action::PinAndUngate { pod, .. } | Action::SetPodWaiting { pod, .. } => (Kind::Pod, pod.clone()),
+        Action::PinAndUngate { pod, .. }
+        | Action::Ungate { pod, .. }
+        | Action::Pin { pod, .. }
+        | Action::SetPodWaiting { pod, .. } => (Kind::Pod, pod.clone()),
         Action::OpenUsage { usage } => (Kind::Usage, ObjectRef::new(&usage.namespace, &usage.name)),
         Action::CloseUsage { usage, .. } => (Kind::Usage, usage.clone()),
         Action::PublishClass { class, .. } => (Kind::Class, ObjectRef::new("", class)),

@@ -24,6 +24,7 @@ impl World {
             vmi_ran: false,
             volume_node: None,
             start_requested: self.now(),
+            last_start_wait: None,
             counted_units: Vec::new(),
         };
         self.vms.insert(key.clone(), state);
@@ -183,7 +184,9 @@ impl World {
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
             vm.vmi_ran = true;
             vm.start_failure = None;
-            self.metrics.started(Millis(now.0 - vm.start_requested.0));
+            let waited = Millis(now.0 - vm.start_requested.0);
+            vm.last_start_wait = Some(waited);
+            self.metrics.started(waited);
             for (resource, count) in &units {
                 self.metrics.units(resource, *count, now);
             }

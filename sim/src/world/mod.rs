@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Node, Time, View};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::variant::Variant;
 
 use crate::apiserver::ApiServer;
 use crate::gpu_controller::{GpuController, service_account};
@@ -150,6 +151,9 @@ pub enum WorldError {
     Kernel(#[from] KernelError),
     #[error(transparent)]
     Log(#[from] LogError),
+    /// An observer stopped the run (see [`World::run_observed`]).
+    #[error("the run was stopped by its observer")]
+    Stopped,
 }
 
 /// Counts a run reports besides its log.
@@ -179,6 +183,8 @@ struct VmState {
     volume_node: Option<String>,
     /// Since when it has been asked to run (created, or restarted after its VMI failed): a start wait's origin.
     start_requested: Millis,
+    /// The wait of its last start (asked to run → Running).
+    last_start_wait: Option<Millis>,
     /// GPU units its running VMI counts in the metrics.
     counted_units: Vec<(String, i64)>,
 }
@@ -309,18 +315,41 @@ impl World {
 
     /// Runs until `until`, at most `events_max` events.
     pub fn run(&mut self, until: Millis, events_max: u64) -> Result<u64, WorldError> {
+        match self.run_observed(until, events_max, |_| Ok::<(), std::convert::Infallible>(()))? {
+            Ok(ran) => Ok(ran),
+            Err(never) => match never {},
+        }
+    }
+
+    /// Runs until `until`, at most `events_max` events, handing the world to `observe` after every event; an
+    /// observer's `Err` stops the run at once (the event that caused it stays the last one handled) and is returned.
+    pub fn run_observed<S>(
+        &mut self,
+        until: Millis,
+        events_max: u64,
+        mut observe: impl FnMut(&mut World) -> Result<(), S>,
+    ) -> Result<Result<u64, S>, WorldError> {
         let mut kernel = std::mem::take(&mut self.kernel);
+        let mut stop = None;
         let result = kernel.run(until, events_max, |kernel, at, event| {
             std::mem::swap(&mut self.kernel, kernel);
             let outcome = self.step(at, event);
+            // The observer sees the kernel's count with this event included.
+            let observed = if outcome.is_ok() { observe(self) } else { Ok(()) };
             std::mem::swap(&mut self.kernel, kernel);
-            outcome
+            outcome?;
+            observed.map_err(|s| {
+                stop = Some(s);
+                WorldError::Stopped
+            })
         });
         self.kernel = kernel;
-        result.map_err(|e| match e {
-            RunError::Kernel(e) => WorldError::Kernel(e),
-            RunError::Step(e) => e,
-        })
+        match result {
+            Ok(ran) => Ok(Ok(ran)),
+            Err(RunError::Step(WorldError::Stopped)) => Ok(Err(stop.expect("set with the error"))),
+            Err(RunError::Kernel(e)) => Err(WorldError::Kernel(e)),
+            Err(RunError::Step(e)) => Err(e),
+        }
     }
 
     fn time(&self) -> Time {
@@ -395,6 +424,17 @@ impl World {
         self.record("webhook", "Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
     }
 
+    /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).
+    pub fn set_variant(&mut self, variant: Variant) {
+        self.api.admission.variant = variant;
+        self.controller.variant = variant;
+    }
+
+    /// The engine's rules this world runs.
+    pub fn variant(&self) -> Variant {
+        self.controller.variant
+    }
+
     /// Statistics of the run so far.
     pub fn stats(&self) -> &Stats {
         &self.stats
@@ -418,6 +458,38 @@ impl World {
             *waiting.entry(reason.to_owned()).or_insert(0) += 1;
         }
         waiting
+    }
+
+    /// A VM's status as `kubectl get vm` prints it (KubeVirt's `printableStatus`), of the states the twin has:
+    /// `Stopped` (halted, or its VMI ended and no new one exists), `CrashLoopBackOff` (a start backoff is running),
+    /// `Starting` (asked to run, its VMI not Running yet, including while its VMI create is refused), `Running`.
+    pub fn vm_status(&self, namespace: &str, name: &str) -> Option<&'static str> {
+        let vm = self.vms.get(&(namespace.to_owned(), name.to_owned()))?;
+        let vmi = self.api.store().vmi(namespace, name);
+        if vm.start_failure.as_ref().is_some_and(|failure| failure.retry_after > self.now()) {
+            return Some("CrashLoopBackOff");
+        }
+        Some(match vmi.map(|vmi| vmi.phase) {
+            Some(gpuclaim_engine::model::VmiPhase::Running) => "Running",
+            _ if vm.halted => "Stopped",
+            Some(phase) if phase.is_final() => "Stopped",
+            _ => "Starting",
+        })
+    }
+
+    /// How long a VM's last start waited (asked to run → Running), once it ran.
+    pub fn last_start_wait(&self, namespace: &str, name: &str) -> Option<Millis> {
+        self.vms.get(&(namespace.to_owned(), name.to_owned()))?.last_start_wait
+    }
+
+    /// Whether a GPU controller replica leads (reconciles) now.
+    pub fn controller_leads(&self) -> bool {
+        self.has_leader()
+    }
+
+    /// The engine's time now (what the controller passes to `reconcile`).
+    pub fn engine_time(&self) -> Time {
+        self.time()
     }
 
     /// VMIs that reached Running so far.

@@ -1,0 +1,510 @@
+//! The invariants every run is checked against after every event, whatever its scenario expects.
+//!
+//! The checks keep their own ledgers (devices booked per node, units bound per budget, the runs holding each held
+//! claim), updated from the keys the event changed (the API server's journal), so a check costs what the event
+//! touched, not the cluster's size, and it counts independently of the engine's own index it is checking.
+//!
+//! Safety invariants hold after every event. Two are about settling and allow the controller's reaction time (the
+//! watch lag, a pass, a refused write's retry): usage records agreeing with attachments, and liveness (no pod left
+//! at the gate while its whole set fits). Liveness is sampled every quarter of the reaction time.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{Pod, Time, View};
+use gpuclaim_engine::references::parse_attachments;
+use gpuclaim_engine::rules::{PodRole, pod_role};
+use gpuclaim_engine::scheduling::is_pinned_to;
+use gpuclaim_engine::variant::Variant;
+
+use crate::apiserver::Kind;
+use crate::apiserver::watch::ObjectKey;
+use crate::kernel::Millis;
+
+/// One invariant, by the name scenario files and reports use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// A node got more devices booked (by bound pods, or by claims) than it has.
+    DeviceDoubleBooked,
+    /// A namespace got more units of a class bound than its budget.
+    BudgetExceeded,
+    /// Two runs hold one held claim at once (each with a live, ungated pod listing it).
+    ClaimAttachedTwice,
+    /// A pod the gate holds was ungated without being pinned to one node.
+    UngatedWithoutPin,
+    /// A pod the gate held was ungated or bound where its claims are not all bound.
+    SetSplit,
+    /// A claim's open usage records disagree with its attachment (one open record iff attached) for longer than
+    /// the reaction time.
+    UsageRecordMismatch,
+    /// A pod waited at the gate while its whole set fit on some node for longer than the reaction time.
+    WaitingWhileFits,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 7] = [
+        Invariant::DeviceDoubleBooked,
+        Invariant::BudgetExceeded,
+        Invariant::ClaimAttachedTwice,
+        Invariant::UngatedWithoutPin,
+        Invariant::SetSplit,
+        Invariant::UsageRecordMismatch,
+        Invariant::WaitingWhileFits,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::DeviceDoubleBooked => "DeviceDoubleBooked",
+            Invariant::BudgetExceeded => "BudgetExceeded",
+            Invariant::ClaimAttachedTwice => "ClaimAttachedTwice",
+            Invariant::UngatedWithoutPin => "UngatedWithoutPin",
+            Invariant::SetSplit => "SetSplit",
+            Invariant::UsageRecordMismatch => "UsageRecordMismatch",
+            Invariant::WaitingWhileFits => "WaitingWhileFits",
+        }
+    }
+
+    pub fn named(name: &str) -> Option<Invariant> {
+        Invariant::ALL.into_iter().find(|invariant| invariant.name() == name)
+    }
+}
+
+impl std::fmt::Display for Invariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A broken invariant: which, and what exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub detail: String,
+}
+
+fn violation(invariant: Invariant, detail: String) -> Violation {
+    Violation { invariant, detail }
+}
+
+/// The default reaction time: watch lag, a pass, retries after refused writes, with room to spare.
+pub const REACTION_TIME_DEFAULT: Millis = Millis::seconds(60);
+
+type Key = (String, String);
+
+/// What the checks remember of a pod.
+#[derive(Clone, Debug, Default)]
+struct SeenPod {
+    /// Bound and not finished: the node its devices are booked on.
+    booked_on: Option<String>,
+    devices: BTreeMap<String, u64>,
+    /// A role the gate holds (under the run's variant).
+    gated_role: bool,
+    gated: bool,
+    /// Live and ungated with a gated role: it holds its held claims (uid of its VMI).
+    holds: Option<String>,
+    held: Vec<String>,
+}
+
+/// What the checks remember of a claim.
+#[derive(Clone, Debug)]
+struct SeenClaim {
+    node: Option<String>,
+    resource: String,
+    class: String,
+    units: u64,
+}
+
+/// The run's invariant checks and their ledgers.
+#[derive(Debug)]
+pub struct Invariants {
+    reaction: Millis,
+    variant: Variant,
+    pods: BTreeMap<Key, SeenPod>,
+    /// node → resource → units the bound, live pods there request.
+    pod_devices: BTreeMap<String, BTreeMap<String, u64>>,
+    claims: BTreeMap<Key, SeenClaim>,
+    /// (node, resource) → units of the claims bound there.
+    claim_units: BTreeMap<Key, u64>,
+    /// (namespace, class) → units bound.
+    bound: BTreeMap<Key, u64>,
+    /// (namespace, held claim) → uids of the VMIs whose live, ungated pods list it.
+    holders: BTreeMap<Key, BTreeSet<String>>,
+    /// usage record → its claim (to find the claim when the record is gone).
+    usage_claims: BTreeMap<Key, String>,
+    /// Claims whose usage records disagree with their attachment, since when.
+    mismatched: BTreeMap<Key, Millis>,
+    /// Gated pods whose set fits on some node, since when (continuously at every sample).
+    fitting: BTreeMap<Key, (Millis, String)>,
+    next_sample: Millis,
+}
+
+impl Invariants {
+    /// Checks starting on `store` (the objects a scenario starts with are taken into the ledgers as they are).
+    pub fn new(store: &View, variant: Variant, reaction: Millis) -> Self {
+        let mut invariants = Invariants {
+            reaction,
+            variant,
+            pods: BTreeMap::new(),
+            pod_devices: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            claim_units: BTreeMap::new(),
+            bound: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            usage_claims: BTreeMap::new(),
+            mismatched: BTreeMap::new(),
+            fitting: BTreeMap::new(),
+            next_sample: Millis::ZERO,
+        };
+        let keys: Vec<ObjectKey> = store
+            .pods()
+            .map(|p| key(Kind::Pod, &p.namespace, &p.name))
+            .chain(store.claims().map(|c| key(Kind::Claim, &c.namespace, &c.name)))
+            .chain(store.usages().map(|u| key(Kind::Usage, &u.namespace, &u.name)))
+            .collect();
+        // What a scenario starts with is not a booking this run made: ledgers only.
+        let _ = invariants.touched(store, keys, Millis::ZERO);
+        invariants
+    }
+
+    /// Checks what one event changed (`touched`, from the API server's journal) at `now` (`time` as the engine
+    /// reads it); `leader` says whether a controller replica leads (liveness waits for one).
+    pub fn check(
+        &mut self,
+        store: &View,
+        touched: Vec<ObjectKey>,
+        now: Millis,
+        time: Time,
+        leader: bool,
+    ) -> Result<(), Violation> {
+        self.touched(store, touched, now)?;
+        if let Some((claim, since)) = self.mismatched.iter().find(|(_, since)| now.0 - since.0 > self.reaction.0) {
+            let detail = usage_detail(store, claim);
+            return Err(violation(
+                Invariant::UsageRecordMismatch,
+                format!("GPUClaim {}/{}: {detail} since {since}", claim.0, claim.1),
+            ));
+        }
+        if now >= self.next_sample {
+            self.next_sample = now + Millis(self.reaction.0 / 4).max(Millis(1));
+            self.sample_liveness(store, now, time, leader)?;
+        }
+        Ok(())
+    }
+
+    fn touched(&mut self, store: &View, touched: Vec<ObjectKey>, now: Millis) -> Result<(), Violation> {
+        let touched: BTreeSet<ObjectKey> = touched.into_iter().collect();
+        let mut usage_checks: BTreeSet<Key> = BTreeSet::new();
+        let mut grown = Vec::new();
+        for object in &touched {
+            match object.kind {
+                Kind::Claim => {
+                    grown.extend(self.claim(store, object));
+                    usage_checks.insert((object.namespace.clone(), object.name.clone()));
+                }
+                Kind::Usage => {
+                    let usage_key = (object.namespace.clone(), object.name.clone());
+                    let claim = match store.usage(&object.namespace, &object.name) {
+                        Some(usage) => {
+                            self.usage_claims.insert(usage_key, usage.claim.clone());
+                            Some(usage.claim.clone())
+                        }
+                        None => self.usage_claims.remove(&usage_key),
+                    };
+                    if let Some(claim) = claim {
+                        usage_checks.insert((object.namespace.clone(), claim));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for claim in &grown {
+            self.judge_claim(store, claim)?;
+        }
+        // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
+        let mut booked = Vec::new();
+        for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
+            booked.extend(self.pod(store, object)?);
+        }
+        for (pod, node) in booked {
+            self.judge_pod_devices(store, &pod, &node)?;
+        }
+        for claim in usage_checks {
+            if usage_agrees(store, &claim) {
+                self.mismatched.remove(&claim);
+            } else {
+                self.mismatched.entry(claim).or_insert(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a claim's new state into the ledgers; returns the claim when it took units it did not hold before (to
+    /// be judged once every change of the event is in: a release and a bind in one pass are one step).
+    fn claim(&mut self, store: &View, object: &ObjectKey) -> Option<Key> {
+        let key = (object.namespace.clone(), object.name.clone());
+        let old = self.claims.remove(&key);
+        let new = store.claim(&object.namespace, &object.name).map(|claim| SeenClaim {
+            node: claim.node.clone(),
+            resource: store.class(&claim.class).map_or_else(String::new, |class| class.resource_name.clone()),
+            class: claim.class.clone(),
+            units: u64::from(claim.count),
+        });
+        if let Some(old) = &old {
+            if let Some(node) = &old.node {
+                subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
+                subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
+            }
+        }
+        let new = new?;
+        let mut grew = false;
+        if let Some(node) = &new.node {
+            grew = old.as_ref().is_none_or(|old| old.node.as_ref() != Some(node) || old.units < new.units);
+            add(&mut self.claim_units, (node.clone(), new.resource.clone()), new.units);
+            add(&mut self.bound, (key.0.clone(), new.class.clone()), new.units);
+        }
+        self.claims.insert(key.clone(), new);
+        grew.then_some(key)
+    }
+
+    /// A claim that took units: its node's claims within the node's devices, its namespace within its budget.
+    fn judge_claim(&self, store: &View, key: &Key) -> Result<(), Violation> {
+        let Some(claim) = self.claims.get(key) else { return Ok(()) };
+        let Some(node) = &claim.node else { return Ok(()) };
+        let booked = self.claim_units.get(&(node.clone(), claim.resource.clone())).copied().unwrap_or(0);
+        let allocatable = store.node(node).and_then(|n| n.devices.get(&claim.resource).copied()).unwrap_or(0);
+        if booked > allocatable {
+            let there: Vec<String> =
+                store.claims_on_node(node).map(|c| format!("{}/{} ({})", c.namespace, c.name, c.count)).collect();
+            return Err(violation(
+                Invariant::DeviceDoubleBooked,
+                format!(
+                    "GPUClaim {}/{} bound to node {node}: claims there hold {booked} units of {}, the node has \
+                     {allocatable} (claims there: {})",
+                    key.0,
+                    key.1,
+                    claim.resource,
+                    there.join(", ")
+                ),
+            ));
+        }
+        let bound = self.bound.get(&(key.0.clone(), claim.class.clone())).copied().unwrap_or(0);
+        let budget = store.tenant(&key.0).and_then(|t| t.budget(&claim.class));
+        if let Some(budget) = budget.filter(|budget| bound > *budget) {
+            return Err(violation(
+                Invariant::BudgetExceeded,
+                format!(
+                    "GPUClaim {}/{} bound: namespace {} holds {bound} units of class {}, its budget is {budget}",
+                    key.0, key.1, key.0, claim.class
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes a pod's new state into the ledgers and judges its gate and its set; returns the pod and its node when it
+    /// was bound there in this event (its devices are judged once every change of the event is in).
+    fn pod(&mut self, store: &View, object: &ObjectKey) -> Result<Option<(Key, String)>, Violation> {
+        let key = (object.namespace.clone(), object.name.clone());
+        let old = self.pods.remove(&key).unwrap_or_default();
+        let pod = store.pod(&object.namespace, &object.name);
+        let new = pod.map(|pod| self.seen(pod)).unwrap_or_default();
+        if let Some(node) = &old.booked_on {
+            for (resource, units) in &old.devices {
+                let booked = self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0);
+                *booked = booked.saturating_sub(*units);
+            }
+        }
+        if let Some(uid) = &old.holds {
+            for claim in &old.held {
+                if let Some(holders) = self.holders.get_mut(&(key.0.clone(), claim.clone())) {
+                    holders.remove(uid);
+                }
+            }
+        }
+        let pod_name = format!("Pod {}/{}", key.0, key.1);
+        let mut fresh = None;
+        if let Some(node) = &new.booked_on {
+            if old.booked_on.as_ref() != Some(node) {
+                fresh = Some((key.clone(), node.clone()));
+            }
+            for (resource, units) in &new.devices {
+                *self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0) += units;
+            }
+        }
+        if let Some(pod) = pod.filter(|_| new.gated_role) {
+            let ungated_now = old.gated && !new.gated && !pod.phase.is_terminal();
+            let bound_now = new.booked_on.is_some() && old.booked_on.is_none();
+            if ungated_now {
+                let Some(node) = pod.required_terms.as_deref().and_then(is_pinned_to) else {
+                    return Err(violation(
+                        Invariant::UngatedWithoutPin,
+                        format!("{pod_name} left the gate without a pin to one node"),
+                    ));
+                };
+                self.whole_set_on(store, pod, node)?;
+            }
+            if bound_now {
+                let node = new.booked_on.as_deref().expect("bound");
+                self.whole_set_on(store, pod, node)?;
+            }
+        }
+        if let Some(uid) = &new.holds {
+            for claim in &new.held {
+                let holders = self.holders.entry((key.0.clone(), claim.clone())).or_default();
+                holders.insert(uid.clone());
+                if holders.len() > 1 {
+                    let runs: Vec<&str> = holders.iter().map(String::as_str).collect();
+                    return Err(violation(
+                        Invariant::ClaimAttachedTwice,
+                        format!("GPUClaim {}/{claim} is held by VMIs {} at once", key.0, runs.join(" and ")),
+                    ));
+                }
+            }
+        }
+        if pod.is_some() {
+            self.pods.insert(key, new);
+        }
+        Ok(fresh)
+    }
+
+    /// A pod bound to `node` in this event: the live pods there request no more of a device than the node has.
+    fn judge_pod_devices(&self, store: &View, pod: &Key, node: &str) -> Result<(), Violation> {
+        let Some(seen) = self.pods.get(pod) else { return Ok(()) };
+        let allocatable = store.node(node).map(|n| &n.devices);
+        for resource in seen.devices.keys() {
+            let booked = self.pod_devices.get(node).and_then(|d| d.get(resource)).copied().unwrap_or(0);
+            let has = allocatable.and_then(|a| a.get(resource).copied()).unwrap_or(0);
+            if booked > has {
+                return Err(violation(
+                    Invariant::DeviceDoubleBooked,
+                    format!(
+                        "Pod {}/{} bound to node {node}: pods there request {booked} {resource}, it has {has}",
+                        pod.0, pod.1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn seen(&self, pod: &Pod) -> SeenPod {
+        let live = !pod.phase.is_terminal();
+        let role = pod_role(pod);
+        let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
+        let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
+        let held: Vec<String> = attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect();
+        let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
+        SeenPod {
+            booked_on: pod.node_name.clone().filter(|_| live),
+            devices: if live { pod.devices.clone() } else { BTreeMap::new() },
+            gated_role,
+            gated: gated_role && gated,
+            holds,
+            held,
+        }
+    }
+
+    /// Every claim of the pod's set is bound to `node`.
+    fn whole_set_on(&self, store: &View, pod: &Pod, node: &str) -> Result<(), Violation> {
+        let vmi = pod.owner_vmi.as_ref().map_or("", |vmi| vmi.name.as_str());
+        for (held, template) in attachments(pod) {
+            let name = match (held, template) {
+                (Some(name), _) => name,
+                (None, Some(index)) => template_claim_name(vmi, index),
+                (None, None) => continue,
+            };
+            let at = store.claim(&pod.namespace, &name).and_then(|claim| claim.node.as_deref());
+            if at != Some(node) {
+                return Err(violation(
+                    Invariant::SetSplit,
+                    format!(
+                        "Pod {}/{} placed on node {node}, but its GPUClaim {name} is bound to {}",
+                        pod.namespace,
+                        pod.name,
+                        at.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"))
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the engine on the cluster as it is (not on the controller's lagging cache): a gated pod it would place
+    /// now fits. One that keeps fitting at every sample for longer than the reaction time is a liveness failure.
+    fn sample_liveness(&mut self, store: &View, now: Millis, time: Time, leader: bool) -> Result<(), Violation> {
+        let reaction_ms = i64::try_from(self.reaction.0).unwrap_or(i64::MAX);
+        let old_enough = |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
+        // Without a leader nothing reconciles: the clock starts again once one leads.
+        if !leader || !store.gated_pods().any(old_enough) {
+            self.fitting.clear();
+            return Ok(());
+        }
+        let mut fits: BTreeMap<Key, String> = BTreeMap::new();
+        for action in reconcile_changes_with(store, time, &Changes::default(), &self.variant) {
+            match action {
+                Action::PinAndUngate { pod, node, .. } | Action::Pin { pod, node, .. } => {
+                    fits.insert((pod.namespace, pod.name), node);
+                }
+                _ => {}
+            }
+        }
+        self.fitting.retain(|pod, _| fits.contains_key(pod));
+        for (pod, node) in fits {
+            let (since, _) = self.fitting.entry(pod.clone()).or_insert((now, node.clone()));
+            if now.0 - since.0 > self.reaction.0 {
+                return Err(violation(
+                    Invariant::WaitingWhileFits,
+                    format!(
+                        "Pod {}/{} has waited at the gate since {since} while its whole set fits on node {node}",
+                        pod.0, pod.1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+}
+
+/// The pod's attachments: (held claim name, template index) each.
+fn attachments(pod: &Pod) -> Vec<(Option<String>, Option<u32>)> {
+    pod.annotations
+        .get(keys::ANNOTATION_ATTACHMENTS)
+        .and_then(|json| parse_attachments(json).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.claim, a.template))
+        .collect()
+}
+
+/// One open usage record iff the claim is attached (none once it is gone).
+fn usage_agrees(store: &View, (namespace, name): &Key) -> bool {
+    let attached = store.claim(namespace, name).is_some_and(|claim| claim.attached_to.is_some());
+    let open = store.open_usages_of(namespace, name).count();
+    open == usize::from(attached)
+}
+
+fn usage_detail(store: &View, (namespace, name): &Key) -> String {
+    let attached = store.claim(namespace, name).and_then(|claim| claim.attached_to.as_ref());
+    let open = store.open_usages_of(namespace, name).count();
+    match attached {
+        Some(vmi) => format!("attached to VMI {} with {open} open usage records", vmi.name),
+        None => format!("not attached, with {open} open usage records"),
+    }
+}
+
+fn add(ledger: &mut BTreeMap<Key, u64>, key: Key, units: u64) -> u64 {
+    let entry = ledger.entry(key).or_insert(0);
+    *entry += units;
+    *entry
+}
+
+fn subtract(ledger: &mut BTreeMap<Key, u64>, key: Key, units: u64) {
+    if let Some(entry) = ledger.get_mut(&key) {
+        *entry = entry.saturating_sub(units);
+    }
+}
