@@ -250,11 +250,11 @@ impl Invariants {
             class: claim.class.clone(),
             units: u64::from(claim.count),
         });
-        if let Some(old) = &old {
-            if let Some(node) = &old.node {
-                subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
-                subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
-            }
+        if let Some(old) = &old
+            && let Some(node) = &old.node
+        {
+            subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
+            subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
         }
         let new = new?;
         let mut grew = false;

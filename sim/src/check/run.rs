@@ -147,16 +147,12 @@ pub fn run_checked_world(
             })?;
             for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
                 match t.expectation.when {
-                    When::By(deadline) if now <= deadline => {
-                        if t.expectation.holds(world, &mut t.seen_pods) {
-                            t.judge(true, format!("met at {now}"));
-                        }
+                    When::By(deadline) if now <= deadline && t.expectation.holds(world, &mut t.seen_pods) => {
+                        t.judge(true, format!("met at {now}"));
                     }
-                    When::Never { from } if now >= from => {
-                        if t.expectation.holds(world, &mut t.seen_pods) {
-                            let seen = t.expectation.observed(world);
-                            t.judge(false, format!("happened at {now} ({seen})"));
-                        }
+                    When::Never { from } if now >= from && t.expectation.holds(world, &mut t.seen_pods) => {
+                        let seen = t.expectation.observed(world);
+                        t.judge(false, format!("happened at {now} ({seen})"));
                     }
                     // Pods seen before an `at` is judged count for `Deleted`.
                     When::At(_) | When::End if matches!(t.expectation.subject, Subject::Pod { .. }) => {
