@@ -393,11 +393,16 @@ impl Invariants {
         let role = pod_role(pod);
         let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
-        let held: Vec<String> = attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect();
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
+        // Only a pod that holds its claims needs them read (the annotation is JSON: most pod changes skip it).
+        let held: Vec<String> = match holds {
+            Some(_) => attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect(),
+            None => Vec::new(),
+        };
+        let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
-            booked_on: pod.node_name.clone().filter(|_| live),
-            devices: if live { pod.devices.clone() } else { BTreeMap::new() },
+            devices: if booked_on.is_some() { pod.devices.clone() } else { BTreeMap::new() },
+            booked_on,
             gated_role,
             gated: gated_role && gated,
             holds,
