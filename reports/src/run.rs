@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::variant::Variant as EngineVariant;
+use gpuclaim_sim::check::Invariants;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
@@ -87,6 +88,22 @@ pub fn run_one(
     let fail = |reason: String| RunError { variant: variant.to_owned(), seed, reason };
     let mut world = scenario.build(seed, EventLog::new(None)).map_err(|e| fail(e.to_string()))?;
     world.set_variant(engine);
+    // Every run holds the invariants after every event (docs/scenarios.md): a what-if figure from a run that broke
+    // one would be a figure of a bug.
+    world.api.watch().keep_journal();
+    let mut invariants = Invariants::new(world.store(), engine, scenario.reaction_time());
+    let mut advance = |world: &mut World, until: Millis| -> Result<(), RunError> {
+        let outcome = world
+            .run_observed(until, EVENTS_MAX, |world| {
+                let touched = world.api.watch().take_journal();
+                let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
+                invariants.check(world.store(), touched, now, time, leads).map_err(|v| (v, world.events(), now))
+            })
+            .map_err(|e| fail(e.to_string()))?;
+        outcome.map(|_| ()).map_err(|(violation, event, at)| {
+            fail(format!("invariant {} broken after event {event} at {at}: {}", violation.invariant, violation.detail))
+        })
+    };
     let duration = scenario.duration.0;
     let classes: Vec<(String, String, u64)> = scenario
         .cluster
@@ -101,10 +118,10 @@ pub fn run_one(
     for i in 1..=u64::from(samples) {
         let t = Millis(duration.0 * i / u64::from(samples));
         if mark.is_none() && warmup <= t {
-            world.run(warmup, EVENTS_MAX).map_err(|e| fail(e.to_string()))?;
+            advance(&mut world, warmup)?;
             mark = Some(Mark::of(&world));
         }
-        world.run(t, EVENTS_MAX).map_err(|e| fail(e.to_string()))?;
+        advance(&mut world, t)?;
         sample(&world, t, &classes, &mut series);
         measured.push(t > warmup);
     }

@@ -302,3 +302,21 @@ fn engine_options_name_a_variant_or_change_the_shipped_rules() {
     assert!(engines[1].two_update_pin && !engines[1].gate_migration_targets);
     assert!(engines[2].gate_migration_targets && engines[2].no_class_tolerations && !engines[2].two_update_pin);
 }
+
+#[test]
+fn a_run_that_breaks_an_invariant_fails_the_study_naming_it() {
+    let dir = scratch("invariant");
+    let study = r#"
+name: broken-engine
+scenario: tiny.yaml
+seeds: 1
+samples: 4
+variants:
+- name: two-updates
+  engine: two-update-pin
+"#;
+    let study = load_study(&study_in(&dir, SCENARIO, study)).unwrap();
+    let error = run_study(&study, 1, &|_| {}).unwrap_err().to_string();
+    assert!(error.contains("two-updates"), "{error}");
+    assert!(error.contains("invariant UngatedWithoutPin broken after event "), "{error}");
+}
