@@ -119,13 +119,54 @@ impl Capacity {
         }
     }
 
+    /// Re-indexes every class publishing `resource` on `node` (`None`: the node is gone).
+    pub(super) fn refresh_resource(
+        &mut self,
+        resource: &str,
+        classes: &BTreeMap<String, Class>,
+        node_name: &str,
+        node: Option<&Node>,
+    ) {
+        // What is used is read before the set of classes is taken out (it sums over them); taken out while the
+        // classes are refreshed, so the walk needs no copy of their names.
+        let used = self.used(resource, node_name);
+        let Some(publishing) = self.resources.remove(resource) else { return };
+        for class in &publishing {
+            self.refresh_with(&classes[class], node_name, node, used);
+        }
+        self.resources.insert(resource.to_owned(), publishing);
+    }
+
     /// Re-indexes `class` on `node` (`None`: the node is gone).
     pub(super) fn refresh(&mut self, class: &Class, node_name: &str, node: Option<&Node>) {
+        let used = self.used(&class.resource_name, node_name);
+        self.refresh_with(class, node_name, node, used);
+    }
+
+    /// [`Capacity::refresh`] with the units of the class's resource `used` on the node.
+    fn refresh_with(&mut self, class: &Class, node_name: &str, node: Option<&Node>, used: u64) {
         let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
             let allocatable = node.devices[&class.resource_name];
-            (allocatable.saturating_sub(self.used(&class.resource_name, node_name)), allocatable)
+            (allocatable.saturating_sub(used), allocatable)
         });
-        let index = self.classes.entry(class.name.clone()).or_default();
+        if !self.classes.contains_key(&class.name) {
+            self.classes.insert(class.name.clone(), ClassIndex::default());
+        }
+        let index = self.classes.get_mut(&class.name).expect("inserted above");
+        let indexed = index.entries.get(node_name).copied();
+        if indexed == offered {
+            return;
+        }
+        if let (Some((old_free, allocatable)), Some((free, new_allocatable))) = (indexed, offered)
+            && allocatable == new_allocatable
+        {
+            // Only the free units moved: the node's name is moved between the ordered entries, not copied again.
+            let (_, name) = index.by_free.take(&(old_free, node_name.to_owned())).expect("indexed entries are ordered");
+            index.by_free.insert((free, name));
+            index.entries.get_mut(node_name).expect("indexed above").0 = free;
+            index.free_units = index.free_units - old_free + free;
+            return;
+        }
         if let Some((free, allocatable)) = index.entries.remove(node_name) {
             index.by_free.remove(&(free, node_name.to_owned()));
             index.free_units -= free;
