@@ -186,14 +186,22 @@ impl Capacity {
         }
     }
 
+    /// The load of `node`, created empty if missing (its name is copied only then).
+    fn load_mut(&mut self, node: &str) -> &mut NodeLoad {
+        if !self.loads.contains_key(node) {
+            self.loads.insert(node.to_owned(), NodeLoad::default());
+        }
+        self.loads.get_mut(node).expect("inserted above")
+    }
+
     pub(super) fn add_claim_units(&mut self, node: &str, class: &str, units: u32, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         step(&mut load.claim_units, class, u64::from(units), adding);
     }
 
     /// Counts (or uncounts) the CPU and memory of a pod bound to `node`.
     pub(super) fn add_pod_load(&mut self, node: &str, cpu_millis: u64, memory_bytes: u64, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         if adding {
             load.cpu_millis += cpu_millis;
             load.memory_bytes += memory_bytes;
@@ -205,7 +213,7 @@ impl Capacity {
 
     /// Counts (or uncounts) devices pods take on `node` beyond what their VMI's claims there already count.
     pub(super) fn add_pod_devices(&mut self, node: &str, devices: &BTreeMap<String, u64>, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         for (resource, units) in devices {
             step(&mut load.pod_devices, resource, *units, adding);
         }
@@ -214,7 +222,12 @@ impl Capacity {
 
 fn step(units: &mut BTreeMap<String, u64>, key: &str, delta: u64, adding: bool) {
     if adding {
-        *units.entry(key.to_owned()).or_insert(0) += delta;
+        match units.get_mut(key) {
+            Some(total) => *total += delta,
+            None => {
+                units.insert(key.to_owned(), delta);
+            }
+        }
         return;
     }
     let total = units.get_mut(key).expect("units are uncounted only after being counted");
