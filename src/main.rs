@@ -84,6 +84,9 @@ enum SimCommand {
         /// Print the run's figures as one JSON object.
         #[arg(long)]
         stats: bool,
+        /// The engine variant to run (default: the shipped engine).
+        #[arg(long, value_name = "NAME", default_value = "shipped")]
+        variant: String,
     },
 }
 
@@ -124,8 +127,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
         Command::Scenario { command: ScenarioCommand::Run(args) } => return suite_cmd::scenario_run(args),
         Command::Suite(args) => return suite_cmd::suite(args),
-        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats } } => {
-            sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats })?;
+        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, variant } } => {
+            return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, variant });
         }
     }
     Ok(ExitCode::SUCCESS)

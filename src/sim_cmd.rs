@@ -1,9 +1,13 @@
-//! `gpuclaim sim run`: one run of the twin on a scenario file.
+//! `gpuclaim sim run`: one run of the twin on a scenario file, checked like every run (invariants after every event,
+//! the scenario's expectations for the variant), with its figures on request.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
+use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::check::run_checked_world;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::scenario::parse_scenario;
 
@@ -12,15 +16,14 @@ pub struct Options {
     pub seed: Option<u64>,
     pub events_out: Option<PathBuf>,
     pub stats: bool,
+    pub variant: String,
 }
 
-/// The most events one run may handle before it is declared runaway.
-const EVENTS_MAX: u64 = 1_000_000_000;
-
-pub fn run(options: &Options) -> anyhow::Result<()> {
+pub fn run(options: &Options) -> anyhow::Result<ExitCode> {
     let path = options.scenario.display();
     let text = std::fs::read_to_string(&options.scenario).with_context(|| format!("failed to read scenario {path}"))?;
     let scenario = parse_scenario(&text).map_err(|e| anyhow!("scenario {path}: {e}"))?;
+    let variant = Variant::named(&options.variant)?;
     let seed = match options.seed.or(scenario.seed) {
         Some(seed) => seed,
         None => {
@@ -38,31 +41,41 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mut world = scenario.build(seed, EventLog::new(sink)).map_err(|e| anyhow!("scenario {path}: {e}"))?;
+    // A variant the scenario does not list is judged by the shipped engine's expectations.
+    let listed = scenario.variants().map_err(|e| anyhow!("scenario {path}: {e}"))?;
+    let judge_as = if listed.iter().any(|(name, _)| *name == options.variant) { &options.variant } else { "shipped" };
     let started = Instant::now();
-    world
-        .run(scenario.duration.0, EVENTS_MAX)
-        .map_err(|e| anyhow!("scenario {path}, seed {seed}: {e}\nreplay: gpuclaim sim run {path} --seed {seed}"))?;
+    let (run, world) = run_checked_world(&scenario, variant, judge_as, seed, EventLog::new(sink))
+        .map_err(|e| anyhow!("scenario {path}, seed {seed}: {e}"))?;
     let wall_seconds = started.elapsed().as_secs_f64();
-    drop(world.take_log());
     if options.stats {
         let events = world.events();
         let stats = serde_json::json!({
             "scenario": scenario.name,
             "seed": seed,
+            "variant": options.variant,
             "events": events,
-            "simulated_seconds": scenario.duration.0.0 as f64 / 1_000.0,
+            "simulated_seconds": world.now().0 as f64 / 1_000.0,
             "wall_seconds": wall_seconds,
             "events_per_second": events as f64 / wall_seconds.max(1e-9),
-            "event_log_sha256": world.log_hash(),
+            "event_log_sha256": run.hash,
             "vm_starts": world.vm_starts(),
             "controller_passes": world.stats().controller_passes,
             "refusals": world.stats().refusals,
             "start_wait": world.start_waits(),
             "gpu_units_in_use": world.units_in_use(),
             "waiting_at_gate": world.waiting_at_gate(),
+            "checks": if run.passed() { "passed" } else { "failed" },
         });
         println!("{stats}");
     }
-    Ok(())
+    if let Some(failure) = run.failure() {
+        eprintln!(
+            "scenario {path}, seed {seed}, variant {}: {failure}\nreplay: gpuclaim sim run {path} --seed {seed} \
+             --variant {}",
+            options.variant, options.variant
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,9 @@ use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, recon
 use gpuclaim_engine::model::{Time, View};
 use gpuclaim_engine::variant::Variant;
 
-use crate::apiserver::watch::{Change, Touched, observe};
+use std::collections::BTreeMap;
+
+use crate::apiserver::watch::{Change, ObjectKey, Touched, observe, revision_of};
 
 /// The controller's service account (the settings name it as the template-claim creator).
 pub fn service_account(namespace: &str) -> String {
@@ -35,6 +37,10 @@ pub struct GpuController {
     pub user: String,
     /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
     pub variant: Variant,
+    /// Objects its own writes deleted, at the deletion's revision: the watch still brings their older states (the
+    /// echo of a deletion is not sent), and those must not bring them back. Dropped once the watch has passed the
+    /// revision (it delivers in revision order).
+    tombstones: BTreeMap<ObjectKey, u64>,
 }
 
 impl GpuController {
@@ -48,6 +54,7 @@ impl GpuController {
             serving: Changes::default(),
             user,
             variant: Variant::SHIPPED,
+            tombstones: BTreeMap::new(),
         }
     }
 
@@ -62,6 +69,17 @@ impl GpuController {
 
     /// A watch event: into the cache, its key onto the work queue.
     pub fn observe(&mut self, change: Change) {
+        if !self.tombstones.is_empty() {
+            let revision = revision_of(&change);
+            if self.tombstones.get(&change.key()).is_some_and(|deleted| revision <= *deleted) {
+                return;
+            }
+            self.tombstones.retain(|_, deleted| *deleted > revision);
+        }
+        self.apply(change);
+    }
+
+    fn apply(&mut self, change: Change) {
         let Some(touched) = observe(&mut self.cache, change) else { return };
         match touched {
             Touched::Claim(namespace, name) => {
@@ -86,7 +104,10 @@ impl GpuController {
 
     /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
     pub fn written(&mut self, change: Change) {
-        self.observe(change);
+        if let Change::Delete { .. } = &change {
+            self.tombstones.insert(change.key(), revision_of(&change));
+        }
+        self.apply(change);
     }
 
     /// The next pass goes over everything (a new leader's first pass).

@@ -6,7 +6,8 @@
 //! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler's filters and queue ([`scheduler`],
 //! [`scheduling_queue`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
 //! cache and work queue ([`gpu_controller`]), the [`world`] that runs every actor (KubeVirt's controllers,
-//! migrations and drains, nodes, the controller's Deployment, faults), [`scenario`] files, run [`metrics`], and
+//! migrations and drains, nodes, the controller's Deployment, faults), [`scenario`] files, run [`metrics`], checked
+//! runs and the suite runner ([`check`]: invariants, expectations, engine variants; docs/scenarios.md), and
 //! trace importers ([`import`]). docs/twin.md says what each models and why.
 //!
 //! ```

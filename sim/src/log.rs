@@ -63,6 +63,14 @@ impl EventLog {
         Ok(())
     }
 
+    /// Flushes the sink (a buffered file's last lines), reporting a write error instead of losing it on drop.
+    pub fn finish(mut self) -> Result<(), LogError> {
+        match &mut self.sink {
+            Some(sink) => sink.flush().map_err(|source| LogError { line: self.lines, source }),
+            None => Ok(()),
+        }
+    }
+
     pub fn lines(&self) -> u64 {
         self.lines
     }

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::keys::{self, kubevirt};
-use gpuclaim_engine::model::{Class, GpuMode, Node, Published, View};
+use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant;
@@ -189,6 +189,18 @@ pub struct TenantSpec {
     /// class → units (a ResourceQuota's `requests.gpu.cozystack.io/<class>`).
     #[serde(default)]
     pub budgets: BTreeMap<String, u64>,
+    /// Held claims the tenant ordered before the run (Pending: the controller binds them).
+    #[serde(default)]
+    pub claims: Vec<HeldClaimSpec>,
+}
+
+/// A held claim a tenant holds when the run starts.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeldClaimSpec {
+    pub name: String,
+    pub class: String,
+    pub count: u32,
 }
 
 /// VMs arriving as a Poisson process, each running for an exponentially distributed time once Running.
@@ -545,6 +557,32 @@ impl Scenario {
             store.set_vgpu_entitled(&tenant.name, tenant.vgpu_entitled);
             if !tenant.budgets.is_empty() {
                 store.upsert_quota(&tenant.name, "gpu-budget", tenant.budgets.clone());
+            }
+        }
+        for (index, tenant) in self.cluster.tenants.iter().enumerate() {
+            for (claim_index, held) in tenant.claims.iter().enumerate() {
+                let field = format!("cluster.tenants[{index}].claims[{claim_index}]");
+                if store.class(&held.class).is_none() {
+                    return Err(invalid(
+                        format!("{field}.class"),
+                        format!("no class {:?} in cluster.classes", held.class),
+                    ));
+                }
+                if held.count == 0 {
+                    return Err(invalid(format!("{field}.count"), "must be at least 1"));
+                }
+                if store.claim(&tenant.name, &held.name).is_some() {
+                    return Err(invalid(format!("{field}.name"), format!("{:?} is listed twice", held.name)));
+                }
+                store.upsert_claim(Claim {
+                    namespace: tenant.name.clone(),
+                    name: held.name.clone(),
+                    uid: format!("uid-claim-{}-{}", tenant.name, held.name),
+                    resource_version: "1".to_owned(),
+                    class: held.class.clone(),
+                    count: held.count,
+                    ..Claim::default()
+                });
             }
         }
         Ok(store)

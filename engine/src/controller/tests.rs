@@ -425,3 +425,26 @@ fn a_set_that_can_never_fit_says_so() {
     assert_eq!(waiting.reason, "NeverFits");
     assert_eq!(waiting.message, r#"10 units of GPU class "h100" can never fit: no node has more than 8"#);
 }
+
+#[test]
+fn the_two_update_variant_removes_the_gate_and_writes_the_pin_apart() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1)));
+    let variant = crate::variant::Variant::named("two-update-pin").unwrap();
+    let actions = reconcile_with(&view, at(2), &variant);
+    assert!(!actions.iter().any(|a| matches!(a, Action::PinAndUngate { .. })), "{actions:#?}");
+    let ungate = actions.iter().position(|a| matches!(a, Action::Ungate { .. })).expect("an ungate");
+    let pin = actions.iter().position(|a| matches!(a, Action::Pin { .. })).expect("a pin");
+    assert_eq!(pin, ungate + 1, "the pin is the update right after the gate's removal");
+    let shipped = reconcile(&view, at(2));
+    let Some(Action::PinAndUngate { terms, node, .. }) =
+        shipped.iter().find(|a| matches!(a, Action::PinAndUngate { .. }))
+    else {
+        panic!("no pin in {shipped:#?}")
+    };
+    assert!(
+        matches!(&actions[pin], Action::Pin { terms: t, node: n, .. } if t == terms && n == node),
+        "the same pin, written apart"
+    );
+}

@@ -205,6 +205,23 @@ mod tests {
     }
 
     #[test]
+    fn the_gate_migration_targets_variant_gates_targets_like_launchers() {
+        let mut pod = launcher();
+        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
+        let variant = Variant::named("gate-migration-targets").unwrap();
+        let patch = mutate_pod_with(&platform(), &pod, &variant).unwrap();
+        assert!(patch.add_gate);
+        assert_eq!(patch.add_tolerations.len(), 2);
+    }
+
+    #[test]
+    fn the_no_class_tolerations_variant_adds_the_gate_alone() {
+        let variant = Variant::named("no-class-tolerations").unwrap();
+        let patch = mutate_pod_with(&platform(), &launcher(), &variant).unwrap();
+        assert_eq!(patch, PodPatch { add_gate: true, add_tolerations: Vec::new() });
+    }
+
+    #[test]
     fn pods_without_the_claims_label_or_of_another_role_are_left_alone() {
         let mut pod = launcher();
         pod.labels.remove(keys::LABEL_CLAIMS);

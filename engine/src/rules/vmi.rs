@@ -400,6 +400,33 @@ mod tests {
     }
 
     #[test]
+    fn the_refusing_variant_refuses_what_capacity_or_budget_cannot_meet_now() {
+        let refusing = Variant::named("refuse-at-admission").unwrap();
+        // platform(): h100 publishes 8 free on one node; tenant-a's budget is 8 with 3 units bound.
+        let nine =
+            vmi(r#"[{"claimTemplate":{"class":"h100","count":5}},{"claimTemplate":{"class":"h100","count":4}}]"#);
+        let refusal = admit_vmi_with(&platform(), &nine, &refusing).unwrap_err();
+        assert_eq!(refusal, VmiRefusal::CapacityShort { class: "h100".into(), count: 9, largest_free_on_node: 8 });
+        assert_eq!(refusal.reason(), "CapacityShort");
+        assert_eq!(
+            refusal.to_string(),
+            "the VMI needs 9 units of GPU class \"h100\" on one node; at most 8 are free on any node"
+        );
+        let six = vmi(r#"[{"claimTemplate":{"class":"h100","count":6}}]"#);
+        let refusal = admit_vmi_with(&platform(), &six, &refusing).unwrap_err();
+        assert_eq!(refusal, VmiRefusal::BudgetShort { class: "h100".into(), count: 6, bound: 3, budget: 8 });
+        assert_eq!(
+            refusal.to_string(),
+            "the VMI orders 6 units of GPU class \"h100\"; the namespace holds 3 of its budget of 8"
+        );
+        // The shipped rule admits both: their launchers wait at the gate instead.
+        assert!(admit_vmi(&platform(), &nine).is_ok());
+        assert!(admit_vmi(&platform(), &six).is_ok());
+        // What fits now passes the refusing variant too.
+        assert!(admit_vmi_with(&platform(), &vmi(r#"[{"claim":"train-a"}]"#), &refusing).is_ok());
+    }
+
+    #[test]
     fn a_vmi_without_the_claims_label_is_left_alone() {
         let mut v = vmi(r#"[{"claim":"nope"}]"#);
         v.labels.remove(keys::LABEL_CLAIMS);

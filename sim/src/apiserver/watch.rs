@@ -128,6 +128,19 @@ impl Watch {
     }
 }
 
+/// The revision a change was written at.
+pub fn revision_of(change: &Change) -> u64 {
+    match change {
+        Change::Upsert(Object::Class(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Claim(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Usage(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Pod(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Vmi(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Node(o)) => revision(&o.resource_version),
+        Change::Delete { revision: at, .. } => revision(at),
+    }
+}
+
 fn revision(resource_version: &str) -> u64 {
     resource_version.parse().unwrap_or(0)
 }

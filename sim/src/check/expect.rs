@@ -201,7 +201,10 @@ impl ExpectationSpec {
                 "migrationTarget" => PodRole::MigrationTarget,
                 "volumeBinder" => PodRole::VolumeBinder,
                 other => {
-                    return Err(err("pod.role", format!("{other:?} is not one of launcher, migrationTarget, volumeBinder")));
+                    return Err(err(
+                        "pod.role",
+                        format!("{other:?} is not one of launcher, migrationTarget, volumeBinder"),
+                    ));
                 }
             };
             Subject::Pod { namespace, vm, role }
@@ -231,21 +234,22 @@ impl ExpectationSpec {
         } else {
             let name = self.invariant.as_deref().expect("one subject");
             let names: Vec<&str> = Invariant::ALL.iter().map(|i| i.name()).collect();
-            Subject::Invariant(Invariant::named(name).ok_or_else(|| {
-                err("invariant", format!("{name:?} is not an invariant: {}", names.join(", ")))
-            })?)
+            Subject::Invariant(
+                Invariant::named(name)
+                    .ok_or_else(|| err("invariant", format!("{name:?} is not an invariant: {}", names.join(", "))))?,
+            )
         };
         let timings = [self.at.is_some(), self.by.is_some(), self.never == Some(true)];
         let when = match (&subject, timings.iter().filter(|t| **t).count()) {
             (Subject::Invariant(_), 0) => When::Stops,
-            (Subject::Invariant(_), _) => return Err(err("invariant", "an invariant expectation takes no time".to_owned())),
+            (Subject::Invariant(_), _) => {
+                return Err(err("invariant", "an invariant expectation takes no time".to_owned()));
+            }
             (_, 1) => {
                 if let Some(at) = &self.at {
                     match at.as_str() {
                         "end" => When::End,
-                        text => When::At(
-                            crate::scenario::parse_duration(text).map_err(|reason| err("at", reason))?,
-                        ),
+                        text => When::At(crate::scenario::parse_duration(text).map_err(|reason| err("at", reason))?),
                     }
                 } else if let Some(by) = self.by {
                     When::By(by.0)
@@ -306,7 +310,10 @@ fn check_condition(subject: &Subject, c: &Condition) -> Result<(), (String, Stri
         ];
         for (name, is_given) in given {
             if is_given && !allowed.contains(&name) {
-                return Err((name.to_owned(), format!("does not apply to this subject (it takes {})", allowed.join(", "))));
+                return Err((
+                    name.to_owned(),
+                    format!("does not apply to this subject (it takes {})", allowed.join(", ")),
+                ));
             }
         }
         if !given.iter().any(|(_, g)| *g) && !allowed.is_empty() {
@@ -406,15 +413,16 @@ impl Expectation {
                 };
                 state_ok
                     && c.node.as_deref().is_none_or(|n| pod.and_then(|p| p.node_name.as_deref()) == Some(n))
-                    && c.waiting.as_deref().is_none_or(|w| {
-                        pod.and_then(|p| p.waiting.as_ref()).is_some_and(|waiting| waiting.reason == w)
-                    })
+                    && c.waiting
+                        .as_deref()
+                        .is_none_or(|w| pod.and_then(|p| p.waiting.as_ref()).is_some_and(|waiting| waiting.reason == w))
                     && c.gates.is_none_or(|n| pod.is_some_and(|p| p.scheduling_gates.len() == n))
                     && c.tolerations.is_none_or(|n| pod.is_some_and(|p| p.tolerations.len() == n))
             }
-            Subject::Migration { namespace, vmi } => world.migrations().values().any(|m| {
-                &m.namespace == namespace && &m.vmi == vmi && matches(&c.phase, migration_phase(m.phase))
-            }),
+            Subject::Migration { namespace, vmi } => world
+                .migrations()
+                .values()
+                .any(|m| &m.namespace == namespace && &m.vmi == vmi && matches(&c.phase, migration_phase(m.phase))),
             Subject::Claim { namespace, name } => {
                 let claim = store.claim(namespace, name);
                 let phase = match claim {

@@ -195,10 +195,11 @@ impl Invariants {
     fn touched(&mut self, store: &View, touched: Vec<ObjectKey>, now: Millis) -> Result<(), Violation> {
         let touched: BTreeSet<ObjectKey> = touched.into_iter().collect();
         let mut usage_checks: BTreeSet<Key> = BTreeSet::new();
+        let mut grown = Vec::new();
         for object in &touched {
             match object.kind {
                 Kind::Claim => {
-                    self.claim(store, object)?;
+                    grown.extend(self.claim(store, object));
                     usage_checks.insert((object.namespace.clone(), object.name.clone()));
                 }
                 Kind::Usage => {
@@ -217,9 +218,16 @@ impl Invariants {
                 _ => {}
             }
         }
+        for claim in &grown {
+            self.judge_claim(store, claim)?;
+        }
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
+        let mut booked = Vec::new();
         for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
-            self.pod(store, object)?;
+            booked.extend(self.pod(store, object)?);
+        }
+        for (pod, node) in booked {
+            self.judge_pod_devices(store, &pod, &node)?;
         }
         for claim in usage_checks {
             if usage_agrees(store, &claim) {
@@ -231,7 +239,9 @@ impl Invariants {
         Ok(())
     }
 
-    fn claim(&mut self, store: &View, object: &ObjectKey) -> Result<(), Violation> {
+    /// Takes a claim's new state into the ledgers; returns the claim when it took units it did not hold before (to
+    /// be judged once every change of the event is in: a release and a bind in one pass are one step).
+    fn claim(&mut self, store: &View, object: &ObjectKey) -> Option<Key> {
         let key = (object.namespace.clone(), object.name.clone());
         let old = self.claims.remove(&key);
         let new = store.claim(&object.namespace, &object.name).map(|claim| SeenClaim {
@@ -240,47 +250,61 @@ impl Invariants {
             class: claim.class.clone(),
             units: u64::from(claim.count),
         });
-        if let Some(old) = &old {
-            if let Some(node) = &old.node {
-                subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
-                subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
-            }
+        if let Some(old) = &old
+            && let Some(node) = &old.node
+        {
+            subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
+            subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
         }
-        let Some(new) = new else { return Ok(()) };
+        let new = new?;
+        let mut grew = false;
         if let Some(node) = &new.node {
-            let grew = old.as_ref().is_none_or(|old| old.node.as_ref() != Some(node) || old.units < new.units);
-            let booked = add(&mut self.claim_units, (node.clone(), new.resource.clone()), new.units);
-            let bound = add(&mut self.bound, (key.0.clone(), new.class.clone()), new.units);
-            if grew {
-                let allocatable = store.node(node).and_then(|n| n.devices.get(&new.resource).copied()).unwrap_or(0);
-                if booked > allocatable {
-                    return Err(violation(
-                        Invariant::DeviceDoubleBooked,
-                        format!(
-                            "GPUClaim {}/{} bound to node {node}: claims there hold {booked} units of {}, the node \
-                             has {allocatable}",
-                            key.0, key.1, new.resource
-                        ),
-                    ));
-                }
-                let budget = store.tenant(&key.0).and_then(|t| t.budget(&new.class));
-                if let Some(budget) = budget.filter(|budget| bound > *budget) {
-                    return Err(violation(
-                        Invariant::BudgetExceeded,
-                        format!(
-                            "GPUClaim {}/{} bound: namespace {} holds {bound} units of class {}, its budget is \
-                             {budget}",
-                            key.0, key.1, key.0, new.class
-                        ),
-                    ));
-                }
-            }
+            grew = old.as_ref().is_none_or(|old| old.node.as_ref() != Some(node) || old.units < new.units);
+            add(&mut self.claim_units, (node.clone(), new.resource.clone()), new.units);
+            add(&mut self.bound, (key.0.clone(), new.class.clone()), new.units);
         }
-        self.claims.insert(key, new);
+        self.claims.insert(key.clone(), new);
+        grew.then_some(key)
+    }
+
+    /// A claim that took units: its node's claims within the node's devices, its namespace within its budget.
+    fn judge_claim(&self, store: &View, key: &Key) -> Result<(), Violation> {
+        let Some(claim) = self.claims.get(key) else { return Ok(()) };
+        let Some(node) = &claim.node else { return Ok(()) };
+        let booked = self.claim_units.get(&(node.clone(), claim.resource.clone())).copied().unwrap_or(0);
+        let allocatable = store.node(node).and_then(|n| n.devices.get(&claim.resource).copied()).unwrap_or(0);
+        if booked > allocatable {
+            let there: Vec<String> =
+                store.claims_on_node(node).map(|c| format!("{}/{} ({})", c.namespace, c.name, c.count)).collect();
+            return Err(violation(
+                Invariant::DeviceDoubleBooked,
+                format!(
+                    "GPUClaim {}/{} bound to node {node}: claims there hold {booked} units of {}, the node has \
+                     {allocatable} (claims there: {})",
+                    key.0,
+                    key.1,
+                    claim.resource,
+                    there.join(", ")
+                ),
+            ));
+        }
+        let bound = self.bound.get(&(key.0.clone(), claim.class.clone())).copied().unwrap_or(0);
+        let budget = store.tenant(&key.0).and_then(|t| t.budget(&claim.class));
+        if let Some(budget) = budget.filter(|budget| bound > *budget) {
+            return Err(violation(
+                Invariant::BudgetExceeded,
+                format!(
+                    "GPUClaim {}/{} bound: namespace {} holds {bound} units of class {}, its budget is {budget}",
+                    key.0, key.1, key.0, claim.class
+                ),
+            ));
+        }
         Ok(())
     }
 
-    fn pod(&mut self, store: &View, object: &ObjectKey) -> Result<(), Violation> {
+    /// Takes a pod's new state into the ledgers and judges its gate and its set; returns the pod and its node when it
+    /// was bound there in this event (its devices are judged once every change of the event is in).
+    fn pod(&mut self, store: &View, object: &ObjectKey) -> Result<Option<(Key, String)>, Violation> {
         let key = (object.namespace.clone(), object.name.clone());
         let old = self.pods.remove(&key).unwrap_or_default();
         let pod = store.pod(&object.namespace, &object.name);
@@ -299,19 +323,13 @@ impl Invariants {
             }
         }
         let pod_name = format!("Pod {}/{}", key.0, key.1);
+        let mut fresh = None;
         if let Some(node) = &new.booked_on {
-            let fresh = old.booked_on.as_ref() != Some(node);
-            let allocatable = store.node(node).map(|n| &n.devices);
+            if old.booked_on.as_ref() != Some(node) {
+                fresh = Some((key.clone(), node.clone()));
+            }
             for (resource, units) in &new.devices {
-                let booked = self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0);
-                *booked += units;
-                let has = allocatable.and_then(|a| a.get(resource).copied()).unwrap_or(0);
-                if fresh && *booked > has {
-                    return Err(violation(
-                        Invariant::DeviceDoubleBooked,
-                        format!("{pod_name} bound to node {node}: pods there request {booked} {resource}, it has {has}"),
-                    ));
-                }
+                *self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0) += units;
             }
         }
         if let Some(pod) = pod.filter(|_| new.gated_role) {
@@ -347,20 +365,44 @@ impl Invariants {
         if pod.is_some() {
             self.pods.insert(key, new);
         }
+        Ok(fresh)
+    }
+
+    /// A pod bound to `node` in this event: the live pods there request no more of a device than the node has.
+    fn judge_pod_devices(&self, store: &View, pod: &Key, node: &str) -> Result<(), Violation> {
+        let Some(seen) = self.pods.get(pod) else { return Ok(()) };
+        let allocatable = store.node(node).map(|n| &n.devices);
+        for resource in seen.devices.keys() {
+            let booked = self.pod_devices.get(node).and_then(|d| d.get(resource)).copied().unwrap_or(0);
+            let has = allocatable.and_then(|a| a.get(resource).copied()).unwrap_or(0);
+            if booked > has {
+                return Err(violation(
+                    Invariant::DeviceDoubleBooked,
+                    format!(
+                        "Pod {}/{} bound to node {node}: pods there request {booked} {resource}, it has {has}",
+                        pod.0, pod.1
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
     fn seen(&self, pod: &Pod) -> SeenPod {
         let live = !pod.phase.is_terminal();
         let role = pod_role(pod);
-        let gated_role =
-            role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
+        let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
-        let held: Vec<String> = attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect();
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
+        // Only a pod that holds its claims needs them read (the annotation is JSON: most pod changes skip it).
+        let held: Vec<String> = match holds {
+            Some(_) => attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect(),
+            None => Vec::new(),
+        };
+        let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
-            booked_on: pod.node_name.clone().filter(|_| live),
-            devices: if live { pod.devices.clone() } else { BTreeMap::new() },
+            devices: if booked_on.is_some() { pod.devices.clone() } else { BTreeMap::new() },
+            booked_on,
             gated_role,
             gated: gated_role && gated,
             holds,
@@ -397,8 +439,7 @@ impl Invariants {
     /// now fits. One that keeps fitting at every sample for longer than the reaction time is a liveness failure.
     fn sample_liveness(&mut self, store: &View, now: Millis, time: Time, leader: bool) -> Result<(), Violation> {
         let reaction_ms = i64::try_from(self.reaction.0).unwrap_or(i64::MAX);
-        let old_enough =
-            |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
+        let old_enough = |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
         // Without a leader nothing reconciles: the clock starts again once one leads.
         if !leader || !store.gated_pods().any(old_enough) {
             self.fitting.clear();

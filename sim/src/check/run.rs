@@ -15,7 +15,7 @@ use crate::kernel::Millis;
 use crate::log::EventLog;
 use crate::metrics::Percentiles;
 use crate::scenario::{Scenario, ScenarioError};
-use crate::world::World;
+use crate::world::{World, WorldError};
 
 /// The most events one checked run may handle: a run that needs more is runaway, not busy.
 pub const EVENTS_MAX: u64 = 1_000_000_000;
@@ -104,6 +104,17 @@ pub fn run_checked(
     seed: u64,
     log: EventLog,
 ) -> Result<CheckedRun, ScenarioError> {
+    run_checked_world(scenario, variant, judge_as, seed, log).map(|(run, _)| run)
+}
+
+/// [`run_checked`], also returning the world as the run left it (its log taken), for its statistics.
+pub fn run_checked_world(
+    scenario: &Scenario,
+    variant: Variant,
+    judge_as: &str,
+    seed: u64,
+    log: EventLog,
+) -> Result<(CheckedRun, World), ScenarioError> {
     let expectations = scenario.expectations()?;
     let mut world = scenario.build(seed, log)?;
     world.set_variant(variant);
@@ -136,16 +147,12 @@ pub fn run_checked(
             })?;
             for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
                 match t.expectation.when {
-                    When::By(deadline) if now <= deadline => {
-                        if t.expectation.holds(world, &mut t.seen_pods) {
-                            t.judge(true, format!("met at {now}"));
-                        }
+                    When::By(deadline) if now <= deadline && t.expectation.holds(world, &mut t.seen_pods) => {
+                        t.judge(true, format!("met at {now}"));
                     }
-                    When::Never { from } if now >= from => {
-                        if t.expectation.holds(world, &mut t.seen_pods) {
-                            let seen = t.expectation.observed(world);
-                            t.judge(false, format!("happened at {now} ({seen})"));
-                        }
+                    When::Never { from } if now >= from && t.expectation.holds(world, &mut t.seen_pods) => {
+                        let seen = t.expectation.observed(world);
+                        t.judge(false, format!("happened at {now} ({seen})"));
                     }
                     // Pods seen before an `at` is judged count for `Deleted`.
                     When::At(_) | When::End if matches!(t.expectation.subject, Subject::Pod { .. }) => {
@@ -182,8 +189,8 @@ pub fn run_checked(
     let final_cut = now;
     judge_at(&world, &mut tracking, final_cut, true);
     let judged = tracking.into_iter().map(|t| t.verdict.expect("every expectation judged")).collect();
-    let log = world.take_log();
-    drop(log);
+    // Closing the log flushes its sink: a write error there is the run's error.
+    world.take_log().finish().map_err(WorldError::from)?;
     let figures = RunFigures {
         events: world.events(),
         vm_starts: world.vm_starts(),
@@ -191,15 +198,9 @@ pub fn run_checked(
         refusals: world.stats().refusals.values().sum(),
         waiting_at_gate: world.waiting_at_gate().values().sum(),
     };
-    Ok(CheckedRun {
-        variant: judge_as.to_owned(),
-        seed,
-        hash: world.log_hash(),
-        stop,
-        stop_expected,
-        judged,
-        figures,
-    })
+    let run =
+        CheckedRun { variant: judge_as.to_owned(), seed, hash: world.log_hash(), stop, stop_expected, judged, figures };
+    Ok((run, world))
 }
 
 /// Judges the expectations due at `cut` (and, at the `end`, every one not judged yet).

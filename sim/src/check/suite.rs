@@ -93,7 +93,8 @@ pub fn plan(scenarios: &[Loaded], plan: &Plan) -> Result<Vec<Job>, String> {
             None => listed.into_iter().map(|(name, v)| (name.clone(), v, name)).collect(),
             Some(name) => {
                 let variant = Variant::named(name).map_err(|e| e.to_string())?;
-                let judge_as = if listed.iter().any(|(known, _)| known == name) { name.clone() } else { "shipped".into() };
+                let judge_as =
+                    if listed.iter().any(|(known, _)| known == name) { name.clone() } else { "shipped".into() };
                 vec![(name.clone(), variant, judge_as)]
             }
         };

@@ -90,6 +90,13 @@ impl World {
         if !self.deployment.replicas.is_empty() {
             self.deployment.leader = Some(0);
             self.deployment.elections = 1;
+            // The leader's first pass goes over everything at once (it publishes the classes before any order
+            // reads them), as the live controller's first pass after its caches sync.
+            self.controller.resync();
+            if self.wake_at.is_none_or(|at| at > self.now()) {
+                self.wake_at = Some(self.now());
+                self.kernel.schedule_at(self.now(), Event::ControllerWake).expect("now is never in the past");
+            }
         }
         self.api.admission.ready_replicas = self.deployment.ready();
     }

@@ -1,0 +1,215 @@
+//! Each invariant the checked runs hold, broken on purpose: the check names it, with the exact detail.
+
+use gpuclaim_engine::fixtures::{attached, bound, gated_launcher, held_claim, two_node_cluster};
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::{Pod, Time, View};
+use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::apiserver::Kind;
+use gpuclaim_sim::apiserver::watch::ObjectKey;
+use gpuclaim_sim::check::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
+use gpuclaim_sim::kernel::Millis;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
+
+const RESOURCE: &str = "nvidia.com/GH100_H100_SXM5_80GB";
+const EPOCH_MS: i64 = 1_800_000_000_000;
+
+fn time(at: Millis) -> Time {
+    Time::from_millisecond(EPOCH_MS + at.0 as i64).unwrap()
+}
+
+fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+}
+
+fn claim_key(name: &str) -> ObjectKey {
+    key(Kind::Claim, "tenant-a", name)
+}
+
+fn check(invariants: &mut Invariants, view: &View, touched: Vec<ObjectKey>, at: Millis) -> Result<(), Violation> {
+    invariants.check(view, touched, at, time(at), true)
+}
+
+fn broken(result: Result<(), Violation>) -> (Invariant, String) {
+    let violation = result.expect_err("the invariant must break");
+    (violation.invariant, violation.detail)
+}
+
+fn pinned(mut pod: Pod, node: &str) -> Pod {
+    pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
+    pod.required_terms = Some(vec![NodeSelectorTerm {
+        match_fields: Some(vec![NodeSelectorRequirement {
+            key: "metadata.name".to_owned(),
+            operator: "In".to_owned(),
+            values: Some(vec![node.to_owned()]),
+        }]),
+        ..NodeSelectorTerm::default()
+    }]);
+    pod
+}
+
+fn template_launcher(vmi: &str, units: u64) -> Pod {
+    let attachments = format!(r#"[{{"template":0,"class":"h100","count":{units}}}]"#);
+    gated_launcher("tenant-a", vmi, &attachments, RESOURCE, units, time(Millis::ZERO))
+}
+
+fn held_launcher(vmi: &str, claim: &str, units: u64) -> Pod {
+    let attachments = format!(r#"[{{"claim":"{claim}","uid":"uid-tenant-a-{claim}","class":"h100","count":{units}}}]"#);
+    gated_launcher("tenant-a", vmi, &attachments, RESOURCE, units, time(Millis::ZERO))
+}
+
+#[test]
+fn claims_booked_past_a_nodes_devices_break_device_double_booked() {
+    let mut view = two_node_cluster();
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(bound(held_claim("tenant-a", "a", "h100", 3), "gpu-2"));
+    assert_eq!(check(&mut invariants, &view, vec![claim_key("a")], Millis(1)), Ok(()));
+    view.upsert_claim(bound(held_claim("tenant-a", "b", "h100", 2), "gpu-2"));
+    assert_eq!(
+        broken(check(&mut invariants, &view, vec![claim_key("b")], Millis(2))),
+        (
+            Invariant::DeviceDoubleBooked,
+            format!(
+                "GPUClaim tenant-a/b bound to node gpu-2: claims there hold 5 units of {RESOURCE}, the node has 4 \
+                 (claims there: tenant-a/a (3), tenant-a/b (2))"
+            )
+        )
+    );
+}
+
+#[test]
+fn a_release_and_a_bind_in_one_event_are_one_step() {
+    let mut view = two_node_cluster();
+    view.upsert_claim(bound(held_claim("tenant-a", "z-old", "h100", 4), "gpu-2"));
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.remove_claim("tenant-a", "z-old");
+    view.upsert_claim(bound(held_claim("tenant-a", "a-new", "h100", 4), "gpu-2"));
+    // Keys come in name order: the bind is seen before the release, and still judged after it.
+    assert_eq!(check(&mut invariants, &view, vec![claim_key("a-new"), claim_key("z-old")], Millis(1)), Ok(()));
+}
+
+#[test]
+fn units_bound_past_the_budget_break_budget_exceeded() {
+    let mut view = two_node_cluster();
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(bound(held_claim("tenant-a", "a", "h100", 6), "gpu-1"));
+    view.upsert_claim(bound(held_claim("tenant-a", "b", "h100", 4), "gpu-2"));
+    assert_eq!(
+        broken(check(&mut invariants, &view, vec![claim_key("a"), claim_key("b")], Millis(1))),
+        (
+            Invariant::BudgetExceeded,
+            "GPUClaim tenant-a/a bound: namespace tenant-a holds 10 units of class h100, its budget is 8".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_gate_removed_without_a_pin_breaks_ungated_without_pin() {
+    let mut view = two_node_cluster();
+    let pod = template_launcher("train", 2);
+    let name = pod.name.clone();
+    view.upsert_pod(pod.clone());
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    let mut ungated = pod;
+    ungated.scheduling_gates.clear();
+    view.upsert_pod(ungated);
+    assert_eq!(
+        broken(check(&mut invariants, &view, vec![key(Kind::Pod, "tenant-a", &name)], Millis(1))),
+        (Invariant::UngatedWithoutPin, format!("Pod tenant-a/{name} left the gate without a pin to one node"))
+    );
+}
+
+#[test]
+fn a_pin_away_from_the_claims_breaks_set_split() {
+    let mut view = two_node_cluster();
+    let pod = template_launcher("train", 2);
+    let name = pod.name.clone();
+    view.upsert_pod(pod.clone());
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(attached(held_claim("tenant-a", "train-gpu-0", "h100", 2), "gpu-1", "train"));
+    view.upsert_pod(pinned(pod.clone(), "gpu-1"));
+    let touched = vec![claim_key("train-gpu-0"), key(Kind::Pod, "tenant-a", &name)];
+    assert_eq!(check(&mut invariants, &view, touched, Millis(1)), Ok(()), "pinned where its claim is: fine");
+
+    let mut view = two_node_cluster();
+    view.upsert_pod(pod.clone());
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(attached(held_claim("tenant-a", "train-gpu-0", "h100", 2), "gpu-1", "train"));
+    view.upsert_pod(pinned(pod, "gpu-2"));
+    let touched = vec![claim_key("train-gpu-0"), key(Kind::Pod, "tenant-a", &name)];
+    assert_eq!(
+        broken(check(&mut invariants, &view, touched, Millis(1))),
+        (
+            Invariant::SetSplit,
+            format!("Pod tenant-a/{name} placed on node gpu-2, but its GPUClaim train-gpu-0 is bound to node gpu-1")
+        )
+    );
+}
+
+#[test]
+fn two_runs_holding_one_held_claim_break_claim_attached_twice() {
+    let mut view = two_node_cluster();
+    view.upsert_claim(attached(held_claim("tenant-a", "shared", "h100", 2), "gpu-1", "first"));
+    let first = held_launcher("first", "shared", 2);
+    let second = held_launcher("second", "shared", 2);
+    let (first_name, second_name) = (first.name.clone(), second.name.clone());
+    view.upsert_pod(first.clone());
+    view.upsert_pod(second.clone());
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_pod(pinned(first, "gpu-1"));
+    assert_eq!(check(&mut invariants, &view, vec![key(Kind::Pod, "tenant-a", &first_name)], Millis(1)), Ok(()));
+    view.upsert_pod(pinned(second, "gpu-1"));
+    assert_eq!(
+        broken(check(&mut invariants, &view, vec![key(Kind::Pod, "tenant-a", &second_name)], Millis(2))),
+        (
+            Invariant::ClaimAttachedTwice,
+            "GPUClaim tenant-a/shared is held by VMIs uid-vmi-first and uid-vmi-second at once".to_owned()
+        )
+    );
+}
+
+#[test]
+fn an_attachment_without_its_usage_record_breaks_usage_record_mismatch_after_the_reaction_time() {
+    let mut view = two_node_cluster();
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(attached(held_claim("tenant-a", "a", "h100", 1), "gpu-1", "train"));
+    assert_eq!(check(&mut invariants, &view, vec![claim_key("a")], Millis(1_000)), Ok(()), "the controller may lag");
+    assert_eq!(check(&mut invariants, &view, Vec::new(), Millis(61_000)), Ok(()), "exactly the reaction time");
+    assert_eq!(
+        broken(check(&mut invariants, &view, Vec::new(), Millis(61_001))),
+        (
+            Invariant::UsageRecordMismatch,
+            "GPUClaim tenant-a/a: attached to VMI train with 0 open usage records since 1.000s".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_pod_left_at_the_gate_while_its_set_fits_breaks_waiting_while_fits() {
+    let mut view = two_node_cluster();
+    let pod = template_launcher("train", 2);
+    let name = pod.name.clone();
+    view.upsert_pod(pod);
+    view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    let mut outcome = Ok(());
+    // Sampled every quarter of the reaction time; the pod is old enough once the reaction time has passed.
+    for second in (0..=150).step_by(5) {
+        outcome = check(&mut invariants, &view, Vec::new(), Millis::seconds(second));
+        if outcome.is_err() {
+            break;
+        }
+    }
+    let (invariant, detail) = broken(outcome);
+    assert_eq!(invariant, Invariant::WaitingWhileFits);
+    assert!(
+        detail.starts_with(&format!("Pod tenant-a/{name} has waited at the gate since ")) && detail.ends_with("gpu-2"),
+        "{detail}"
+    );
+
+    // Without a leader nothing reconciles: no liveness failure however long it waits.
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    for second in (0..=600).step_by(5) {
+        let at = Millis::seconds(second);
+        assert_eq!(invariants.check(&view, Vec::new(), at, time(at), false), Ok(()));
+    }
+}
