@@ -138,6 +138,12 @@ fn s13_raw_name_gpus_beside_claims() {
 }
 
 #[test]
+fn s14_every_fault_at_once_keeps_every_invariant() {
+    let runs = passes("14-every-fault.yaml");
+    assert!(runs[0].figures.refusals > 100, "the faults bite: {:?}", runs[0].figures);
+}
+
+#[test]
 fn gating_migration_targets_is_caught_by_the_evacuation() {
     let run = flipped("01-migration-targets-ungated.yaml", "gate-migration-targets");
     assert!(run.stop.is_none());
@@ -178,7 +184,7 @@ fn dropping_class_tolerations_is_caught() {
 #[test]
 fn the_whole_suite_plans_every_listed_variant_and_passes() {
     let files = suite::scenario_files(&suite_dir()).unwrap();
-    assert!(files.len() >= 14, "{files:?}");
+    assert!(files.len() >= 15, "{files:?}");
     let loaded: Vec<Loaded> = files.iter().map(|f| suite::load(f).unwrap()).collect();
     let jobs = suite::plan(&loaded, &Plan { seeds: 1, ..Plan::default() }).unwrap();
     let variants: usize = loaded.iter().map(|l| l.scenario.variants().unwrap().len()).sum();

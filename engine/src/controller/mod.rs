@@ -223,6 +223,14 @@ impl<'v> Pass<'v> {
         } else {
             self.units.get(&(class.resource_name.clone(), node.to_owned())).copied().unwrap_or(0)
         };
+        if indexed == 0 && delta > 0 {
+            // The index shows an overbooked node as 0 free (a device failed under its claims): units this pass
+            // frees there pay that debt first, or a released claim's units would be handed out twice.
+            let allocatable = self.view.node(node).and_then(|n| n.devices.get(&class.resource_name)).copied();
+            let used = self.view.capacity().used(&class.resource_name, node);
+            let owed = used.saturating_sub(allocatable.unwrap_or(0));
+            return Some(delta.unsigned_abs().saturating_sub(owed));
+        }
         Some(indexed.saturating_add_signed(delta))
     }
 
@@ -255,17 +263,10 @@ impl<'v> Pass<'v> {
         let (mut writes, rest): (Vec<Action>, Vec<Action>) =
             std::mem::take(&mut self.actions).into_iter().partition(|a| matches!(a, Action::CloseUsage { .. }));
         self.actions = rest;
-        for ((namespace, name), new) in std::mem::take(&mut self.created) {
-            writes.push(Action::CreateClaim {
-                claim: ObjectRef { namespace, name },
-                class: new.class,
-                count: new.count,
-                owner: new.owner,
-                status: new.status,
-            });
-        }
         let keys: BTreeSet<ClaimKey<'v>> = self.statuses.keys().chain(self.finalizers.keys()).copied().collect();
-        // Releases before reservations: units a pass frees are free before the claims that take them are written.
+        // Releases before reservations: units a pass frees are free before the claims that take them are written
+        // (created bound, or bound). A pass cut short in between (a refused write, a crash) leaves units free that
+        // nothing holds yet, never units held twice.
         let mut releasing = Vec::new();
         let mut reserving = Vec::new();
         for key in keys {
@@ -284,6 +285,15 @@ impl<'v> Pass<'v> {
         for (namespace, name) in std::mem::take(&mut self.deleted) {
             let uid = self.view.claim(namespace, name).map(|c| c.uid.clone()).unwrap_or_default();
             writes.push(Action::DeleteClaim { claim: ObjectRef::new(namespace, name), uid });
+        }
+        for ((namespace, name), new) in std::mem::take(&mut self.created) {
+            writes.push(Action::CreateClaim {
+                claim: ObjectRef { namespace, name },
+                class: new.class,
+                count: new.count,
+                owner: new.owner,
+                status: new.status,
+            });
         }
         writes.extend(reserving);
         let mut rest = std::mem::take(&mut self.actions);

@@ -448,3 +448,30 @@ fn the_two_update_variant_removes_the_gate_and_writes_the_pin_apart() {
         "the same pin, written apart"
     );
 }
+
+#[test]
+fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
+    // gpu-1 has 8 units under 8 units of claims; one device fails (7 left); then a run of 2 ends.
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", std::collections::BTreeMap::from([("h100".to_owned(), 100)]));
+    for (index, vm) in ["vm-a", "vm-b", "vm-c", "vm-d"].into_iter().enumerate() {
+        let phase = if index == 3 { VmiPhase::Succeeded } else { VmiPhase::Running };
+        view.upsert_vmi(vmi("tenant-a", vm, phase, Some("gpu-1")));
+        let mut claim = fixtures::attached(held_claim("tenant-a", &format!("{vm}-gpu-0"), "h100", 2), "gpu-1", vm);
+        claim.template = true;
+        claim.owner_vmi = claim.attached_to.clone();
+        view.upsert_claim(claim);
+    }
+    let mut node = view.node("gpu-1").unwrap().clone();
+    node.devices.insert(H100.to_owned(), 7);
+    view.upsert_node(node);
+    view.upsert_vmi(vmi("tenant-a", "vm-e", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-e", r#"[{"template":0,"class":"h100","count":2}]"#, H100, 2, at(1)));
+    let actions = reconcile(&view, at(2));
+    let pinned = actions.iter().find_map(|a| match a {
+        Action::PinAndUngate { node, .. } => Some(node.as_str()),
+        _ => None,
+    });
+    // 7 allocatable, 6 still held after the release: 1 free on gpu-1, so the pair goes elsewhere.
+    assert_eq!(pinned, Some("gpu-2"), "{actions:#?}");
+}
