@@ -36,6 +36,8 @@ pub struct EventLog {
     hasher: Sha256,
     lines: u64,
     sink: Option<Box<dyn Write>>,
+    /// The line being written, kept between lines so writing one allocates nothing.
+    line: Vec<u8>,
 }
 
 impl std::fmt::Debug for EventLog {
@@ -46,16 +48,17 @@ impl std::fmt::Debug for EventLog {
 
 impl EventLog {
     pub fn new(sink: Option<Box<dyn Write>>) -> Self {
-        EventLog { hasher: Sha256::new(), lines: 0, sink }
+        EventLog { hasher: Sha256::new(), lines: 0, sink, line: Vec::with_capacity(256) }
     }
 
     pub fn record(&mut self, record: &Record<'_>) -> Result<(), LogError> {
-        let mut line = serde_json::to_vec(record).expect("records always serialize");
-        line.push(b'\n');
-        self.hasher.update(&line);
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record).expect("records always serialize");
+        self.line.push(b'\n');
+        self.hasher.update(&self.line);
         self.lines += 1;
         if let Some(sink) = &mut self.sink {
-            sink.write_all(&line).map_err(|source| LogError { line: self.lines, source })?;
+            sink.write_all(&self.line).map_err(|source| LogError { line: self.lines, source })?;
         }
         Ok(())
     }

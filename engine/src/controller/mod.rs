@@ -216,7 +216,13 @@ impl<'v> Pass<'v> {
     /// Free units of `class` on `node` after this pass's decisions; `None` when the node does not offer it.
     fn free(&self, class: &Class, node: &str) -> Option<u64> {
         let indexed = self.view.capacity().free(&class.name, node)?;
-        let delta = self.units.get(&(class.resource_name.clone(), node.to_owned())).copied().unwrap_or(0);
+        // The overlay's key is owned: build it only when the pass has moved units at all (most candidates are
+        // read before any decision).
+        let delta = if self.units.is_empty() {
+            0
+        } else {
+            self.units.get(&(class.resource_name.clone(), node.to_owned())).copied().unwrap_or(0)
+        };
         if indexed == 0 && delta > 0 {
             // The index shows an overbooked node as 0 free (a device failed under its claims): units this pass
             // frees there pay that debt first, or a released claim's units would be handed out twice.
@@ -231,7 +237,11 @@ impl<'v> Pass<'v> {
     /// Units of `class` the namespace holds on nodes after this pass's decisions.
     fn bound_units(&self, namespace: &str, class: &str) -> u64 {
         let indexed = self.view.tenant(namespace).map_or(0, |t| t.units_bound(class));
-        let delta = self.bound.get(&(namespace.to_owned(), class.to_owned())).copied().unwrap_or(0);
+        let delta = if self.bound.is_empty() {
+            0
+        } else {
+            self.bound.get(&(namespace.to_owned(), class.to_owned())).copied().unwrap_or(0)
+        };
         indexed.saturating_add_signed(delta)
     }
 

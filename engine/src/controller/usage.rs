@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
 use super::{Changes, ClaimKey, Pass, key_of};
-use crate::model::{Claim, Usage, VmiRef};
+use crate::model::{Claim, Usage, View, VmiRef};
 
 impl<'v> Pass<'v> {
     pub(super) fn reconcile_usages(&mut self) {
@@ -18,18 +18,19 @@ impl<'v> Pass<'v> {
         for claim in view.claims() {
             let key = (claim.namespace.as_str(), claim.name.as_str());
             while let Some((namespace, _, names)) = open.next_if(|(ns, c, _)| (*ns, *c) < key) {
-                self.close_usages(namespace, names, |_| false, &mut writes); // the claim is gone
+                self.close_usages(named(view, namespace, names), |_| false, &mut writes); // the claim is gone
             }
             let names = open.next_if(|(ns, c, _)| (*ns, *c) == key).map(|(_, _, names)| names);
             let (vmi, node) = self.after(claim).unwrap_or((None, None));
             let live = |usage: &Usage| vmi.is_some_and(|v| v.uid == usage.vmi.uid) && node == Some(usage.node.as_str());
-            let matched = names.is_some_and(|names| self.close_usages(&claim.namespace, names, live, &mut writes));
+            let matched =
+                names.is_some_and(|names| self.close_usages(named(view, &claim.namespace, names), live, &mut writes));
             if let (Some(vmi), Some(node), false) = (vmi, node, matched) {
                 missing.push((claim, vmi.clone(), node.to_owned()));
             }
         }
         for (namespace, _, names) in open {
-            self.close_usages(namespace, names, |_| false, &mut writes);
+            self.close_usages(named(view, namespace, names), |_| false, &mut writes);
         }
         self.actions.extend(writes);
         for (claim, vmi, node) in missing {
@@ -67,16 +68,13 @@ impl<'v> Pass<'v> {
         }
         let mut writes = Vec::new();
         for (namespace, name) in changes.claims.iter().filter(|(ns, name)| view.claim(ns, name).is_none()) {
-            let names: BTreeSet<String> = view.open_usages_of(namespace, name).map(|u| u.name.clone()).collect();
-            self.close_usages(namespace, &names, |_| false, &mut writes);
+            self.close_usages(view.open_usages_of(namespace, name), |_| false, &mut writes);
         }
         let mut missing = Vec::new();
         for claim in claims.into_values() {
-            let names: BTreeSet<String> =
-                view.open_usages_of(&claim.namespace, &claim.name).map(|u| u.name.clone()).collect();
             let (vmi, node) = self.after(claim).unwrap_or((None, None));
             let live = |usage: &Usage| vmi.is_some_and(|v| v.uid == usage.vmi.uid) && node == Some(usage.node.as_str());
-            let matched = self.close_usages(&claim.namespace, &names, live, &mut writes);
+            let matched = self.close_usages(view.open_usages_of(&claim.namespace, &claim.name), live, &mut writes);
             if let (Some(vmi), Some(node), false) = (vmi, node, matched) {
                 missing.push((claim, vmi.clone(), node.to_owned()));
             }
@@ -88,16 +86,15 @@ impl<'v> Pass<'v> {
         self.open_created_usages();
     }
 
-    /// Closes the open records among `names` that are not `live`; returns whether one is.
-    fn close_usages(
+    /// Closes the open records among `usages` that are not `live`; returns whether one is.
+    fn close_usages<'u>(
         &self,
-        namespace: &str,
-        names: &BTreeSet<String>,
+        usages: impl Iterator<Item = &'u Usage>,
         live: impl Fn(&Usage) -> bool,
         writes: &mut Vec<Action>,
     ) -> bool {
         let mut matched = false;
-        for usage in names.iter().filter_map(|name| self.view.usage(namespace, name)) {
+        for usage in usages {
             if live(usage) {
                 matched = true;
                 continue;
@@ -152,4 +149,9 @@ impl<'v> Pass<'v> {
             },
         });
     }
+}
+
+/// The stored usage records of `namespace` among `names`.
+fn named<'v>(view: &'v View, namespace: &'v str, names: &'v BTreeSet<String>) -> impl Iterator<Item = &'v Usage> {
+    names.iter().filter_map(move |name| view.usage(namespace, name))
 }

@@ -119,13 +119,54 @@ impl Capacity {
         }
     }
 
+    /// Re-indexes every class publishing `resource` on `node` (`None`: the node is gone).
+    pub(super) fn refresh_resource(
+        &mut self,
+        resource: &str,
+        classes: &BTreeMap<String, Class>,
+        node_name: &str,
+        node: Option<&Node>,
+    ) {
+        // What is used is read before the set of classes is taken out (it sums over them); taken out while the
+        // classes are refreshed, so the walk needs no copy of their names.
+        let used = self.used(resource, node_name);
+        let Some(publishing) = self.resources.remove(resource) else { return };
+        for class in &publishing {
+            self.refresh_with(&classes[class], node_name, node, used);
+        }
+        self.resources.insert(resource.to_owned(), publishing);
+    }
+
     /// Re-indexes `class` on `node` (`None`: the node is gone).
     pub(super) fn refresh(&mut self, class: &Class, node_name: &str, node: Option<&Node>) {
+        let used = self.used(&class.resource_name, node_name);
+        self.refresh_with(class, node_name, node, used);
+    }
+
+    /// [`Capacity::refresh`] with the units of the class's resource `used` on the node.
+    fn refresh_with(&mut self, class: &Class, node_name: &str, node: Option<&Node>, used: u64) {
         let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
             let allocatable = node.devices[&class.resource_name];
-            (allocatable.saturating_sub(self.used(&class.resource_name, node_name)), allocatable)
+            (allocatable.saturating_sub(used), allocatable)
         });
-        let index = self.classes.entry(class.name.clone()).or_default();
+        if !self.classes.contains_key(&class.name) {
+            self.classes.insert(class.name.clone(), ClassIndex::default());
+        }
+        let index = self.classes.get_mut(&class.name).expect("inserted above");
+        let indexed = index.entries.get(node_name).copied();
+        if indexed == offered {
+            return;
+        }
+        if let (Some((old_free, allocatable)), Some((free, new_allocatable))) = (indexed, offered)
+            && allocatable == new_allocatable
+        {
+            // Only the free units moved: the node's name is moved between the ordered entries, not copied again.
+            let (_, name) = index.by_free.take(&(old_free, node_name.to_owned())).expect("indexed entries are ordered");
+            index.by_free.insert((free, name));
+            index.entries.get_mut(node_name).expect("indexed above").0 = free;
+            index.free_units = index.free_units - old_free + free;
+            return;
+        }
         if let Some((free, allocatable)) = index.entries.remove(node_name) {
             index.by_free.remove(&(free, node_name.to_owned()));
             index.free_units -= free;
@@ -145,14 +186,22 @@ impl Capacity {
         }
     }
 
+    /// The load of `node`, created empty if missing (its name is copied only then).
+    fn load_mut(&mut self, node: &str) -> &mut NodeLoad {
+        if !self.loads.contains_key(node) {
+            self.loads.insert(node.to_owned(), NodeLoad::default());
+        }
+        self.loads.get_mut(node).expect("inserted above")
+    }
+
     pub(super) fn add_claim_units(&mut self, node: &str, class: &str, units: u32, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         step(&mut load.claim_units, class, u64::from(units), adding);
     }
 
     /// Counts (or uncounts) the CPU and memory of a pod bound to `node`.
     pub(super) fn add_pod_load(&mut self, node: &str, cpu_millis: u64, memory_bytes: u64, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         if adding {
             load.cpu_millis += cpu_millis;
             load.memory_bytes += memory_bytes;
@@ -164,7 +213,7 @@ impl Capacity {
 
     /// Counts (or uncounts) devices pods take on `node` beyond what their VMI's claims there already count.
     pub(super) fn add_pod_devices(&mut self, node: &str, devices: &BTreeMap<String, u64>, adding: bool) {
-        let load = self.loads.entry(node.to_owned()).or_default();
+        let load = self.load_mut(node);
         for (resource, units) in devices {
             step(&mut load.pod_devices, resource, *units, adding);
         }
@@ -173,7 +222,12 @@ impl Capacity {
 
 fn step(units: &mut BTreeMap<String, u64>, key: &str, delta: u64, adding: bool) {
     if adding {
-        *units.entry(key.to_owned()).or_insert(0) += delta;
+        match units.get_mut(key) {
+            Some(total) => *total += delta,
+            None => {
+                units.insert(key.to_owned(), delta);
+            }
+        }
         return;
     }
     let total = units.get_mut(key).expect("units are uncounted only after being counted");

@@ -37,24 +37,25 @@ pub struct View {
     /// Nodes that are NotReady, deleted, or named by a claim but never seen: where an unattached claim needs
     /// another node.
     unavailable: BTreeSet<String>,
-    /// (namespace, VMI) → the claims attached to that run or ordered for it (template claims' owner).
-    claims_by_run: BTreeMap<(String, String), BTreeSet<String>>,
+    /// namespace → VMI → the claims attached to that run or ordered for it (template claims' owner). Keyed in two
+    /// levels (here and below) so a lookup borrows its key instead of building an owned tuple.
+    claims_by_run: Nested<BTreeSet<String>>,
     /// node → (namespace, claim) of the claims bound there.
     claims_by_node: BTreeMap<String, BTreeSet<(String, String)>>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(String, String)>,
-    /// (namespace, claim) → names of all its usage records, open or closed (they go with the claim).
-    usages_by_claim: BTreeMap<(String, String), BTreeSet<String>>,
+    /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
+    usages_by_claim: Nested<BTreeSet<String>>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     capacity: Capacity,
-    /// (namespace, VMI, node) → resource → units of the claims attached to that VMI on that node: what the VMI's
+    /// namespace → VMI → node → resource → units of the claims attached to that VMI on that node: what the VMI's
     /// pods there take through claims rather than on their own.
-    vmi_claim_units: BTreeMap<(String, String, String), BTreeMap<String, u64>>,
-    /// (namespace, VMI) → its pods, so their device counts follow its claims.
-    pods_by_vmi: BTreeMap<(String, String), BTreeSet<String>>,
-    /// (namespace, pod) → (node, devices counted for it): exactly what to uncount when it changes.
-    pod_devices: BTreeMap<(String, String), (String, BTreeMap<String, u64>)>,
+    vmi_claim_units: Nested<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// namespace → VMI → its pods, so their device counts follow its claims.
+    pods_by_vmi: Nested<BTreeSet<String>>,
+    /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes.
+    pod_devices: Nested<(String, BTreeMap<String, u64>)>,
 }
 
 impl View {
@@ -126,7 +127,7 @@ impl View {
 
     /// The claims attached to, or ordered for, run `vmi`.
     pub fn claims_of_run(&self, namespace: &str, vmi: &str) -> impl Iterator<Item = &Claim> {
-        let names = self.claims_by_run.get(&(namespace.to_owned(), vmi.to_owned()));
+        let names = nested(&self.claims_by_run, namespace, vmi);
         names.into_iter().flatten().filter_map(move |name| self.claim(namespace, name))
     }
 
@@ -147,8 +148,7 @@ impl View {
 
     /// The pods a VMI controls (launcher, volume binder, migration target).
     pub fn vmi_pods(&self, namespace: &str, vmi: &str) -> impl Iterator<Item = &Pod> {
-        self.pods_by_vmi
-            .get(&(namespace.to_owned(), vmi.to_owned()))
+        nested(&self.pods_by_vmi, namespace, vmi)
             .into_iter()
             .flatten()
             .filter_map(move |name| self.pod(namespace, name))
@@ -156,12 +156,12 @@ impl View {
 
     /// Units per resource of the claims attached to `vmi` on `node`.
     pub fn vmi_claim_units(&self, namespace: &str, vmi: &str, node: &str) -> Option<&BTreeMap<String, u64>> {
-        self.vmi_claim_units.get(&(namespace.to_owned(), vmi.to_owned(), node.to_owned()))
+        nested(&self.vmi_claim_units, namespace, vmi)?.get(node)
     }
 
     /// The node and devices the placement index counts for a pod beyond its VMI's claims.
     pub fn counted_devices(&self, namespace: &str, pod: &str) -> Option<(&str, &BTreeMap<String, u64>)> {
-        self.pod_devices.get(&(namespace.to_owned(), pod.to_owned())).map(|(node, devices)| (node.as_str(), devices))
+        nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node.as_str(), devices))
     }
 
     pub fn capacity(&self) -> &Capacity {
@@ -216,6 +216,10 @@ impl View {
         let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
         let before = ClaimIndexed::of(claim);
         edit(claim);
+        // Most edits are status and revision changes: compared borrowed, they copy nothing.
+        if before.counted() == ClaimIndexed::counted_of(claim) && before.listed() == ClaimIndexed::listed_of(claim) {
+            return true;
+        }
         let after = ClaimIndexed::of(claim);
         if before.counted() != after.counted() {
             self.count_claim(namespace, &before, false);
@@ -233,8 +237,7 @@ impl View {
         let mut runs: Vec<&String> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
         runs.dedup();
         for run in runs {
-            let run = (namespace.to_owned(), run.clone());
-            edit_set(&mut self.claims_by_run, run, name.to_owned(), adding);
+            edit_nested_set(&mut self.claims_by_run, namespace, run, name, adding);
         }
         let key = (namespace.to_owned(), name.to_owned());
         if let Some(node) = &claim.node {
@@ -267,27 +270,29 @@ impl View {
             self.unavailable.insert(node.to_owned());
         }
         self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
-        let resource = self.classes.get(&claim.class).map(|c| c.resource_name.clone());
-        if let (Some(vmi), Some(resource)) = (&claim.attached_to, &resource) {
-            let key = (namespace.to_owned(), vmi.clone(), node.to_owned());
-            let units = self.vmi_claim_units.entry(key.clone()).or_default();
-            let total = units.entry(resource.clone()).or_insert(0);
+        let Some(class) = self.classes.get(&claim.class) else { return };
+        if let Some(vmi) = &claim.attached_to {
+            let by_node = nested_entry(&mut self.vmi_claim_units, namespace, vmi);
+            let units = entry_of(by_node, node);
+            let resource = class.resource_name.as_str();
             if adding {
-                *total += u64::from(claim.count);
+                *entry_of(units, resource) += u64::from(claim.count);
             } else {
+                let total = units.get_mut(resource).expect("attached units counted once");
                 *total = total.checked_sub(u64::from(claim.count)).expect("attached units counted once");
                 if *total == 0 {
                     units.remove(resource);
                 }
                 if units.is_empty() {
-                    self.vmi_claim_units.remove(&key);
+                    by_node.remove(node);
                 }
+                prune(&mut self.vmi_claim_units, namespace, vmi, BTreeMap::is_empty);
             }
             self.recount_vmi_pods(namespace, vmi);
         }
-        if let Some(resource) = resource {
-            self.reindex_resource(node, &resource);
-        }
+        // The class is looked up again: the recount above needed the view whole.
+        let class = &self.classes[&claim.class];
+        self.capacity.refresh_resource(&class.resource_name, &self.classes, node, self.nodes.get(node));
     }
 
     /// Edits a stored pod in place, re-indexing only when what an index reads changed (its gate, owner, the node
@@ -296,10 +301,13 @@ impl View {
         let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
         let before = PodIndexed::of(pod);
         edit(pod);
-        let after = PodIndexed::of(pod);
-        if after == before {
+        let pod = &self.pods[namespace][name];
+        // Devices are not part of `PodIndexed` (copying them per edit was most of an edit's cost): what matters is
+        // whether the devices counted for the pod would change, and that is compared against the count itself.
+        if before.is(pod) && self.counted_devices_unchanged(namespace, pod) {
             return true;
         }
+        let after = PodIndexed::of(pod);
         self.uncount_pod_devices(namespace, name);
         self.index_pod(namespace, name, &before, false);
         self.index_pod(namespace, name, &after, true);
@@ -406,7 +414,7 @@ impl View {
             }
         }
         if let Some(vmi) = &indexed.owner_vmi {
-            edit_set(&mut self.pods_by_vmi, (namespace.to_owned(), vmi.clone()), name.to_owned(), adding);
+            edit_nested_set(&mut self.pods_by_vmi, namespace, vmi, name, adding);
         }
         if let Some(node) = &indexed.occupied {
             self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
@@ -416,46 +424,72 @@ impl View {
     /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
     fn count_pod_devices(&mut self, namespace: &str, name: &str) {
         let Some(pod) = self.pod(namespace, name) else { return };
-        let Some(node) = occupied_node(pod).map(str::to_owned) else { return };
+        let Some(node) = occupied_node(pod) else { return };
+        let devices: BTreeMap<String, u64> =
+            self.devices_to_count(namespace, pod, node).map(|(resource, units)| (resource.clone(), units)).collect();
+        if devices.is_empty() {
+            return;
+        }
+        let node = node.to_owned();
+        self.capacity.add_pod_devices(&node, &devices, true);
+        for resource in devices.keys() {
+            self.capacity.refresh_resource(resource, &self.classes, &node, self.nodes.get(&node));
+        }
+        *nested_entry(&mut self.pod_devices, namespace, name) = (node, devices);
+    }
+
+    /// The devices a pod on `node` takes beyond its VMI's claims there (those with units left).
+    fn devices_to_count<'a>(
+        &'a self,
+        namespace: &str,
+        pod: &'a Pod,
+        node: &str,
+    ) -> impl Iterator<Item = (&'a String, u64)> + 'a {
         let covered = pod
             .owner_vmi
             .as_ref()
             .filter(|_| is_claims_pod(pod))
-            .and_then(|vmi| self.vmi_claim_units.get(&(namespace.to_owned(), vmi.name.clone(), node.clone())));
-        let devices: BTreeMap<String, u64> = pod
-            .devices
+            .and_then(|vmi| self.vmi_claim_units(namespace, &vmi.name, node));
+        pod.devices
             .iter()
-            .map(|(resource, units)| {
+            .map(move |(resource, units)| {
                 let through_claims = covered.and_then(|c| c.get(resource)).copied().unwrap_or(0);
-                (resource.clone(), units.saturating_sub(through_claims))
+                (resource, units.saturating_sub(through_claims))
             })
             .filter(|(_, units)| *units > 0)
-            .collect();
-        if devices.is_empty() {
-            return;
-        }
-        self.capacity.add_pod_devices(&node, &devices, true);
-        let resources: Vec<String> = devices.keys().cloned().collect();
-        self.pod_devices.insert((namespace.to_owned(), name.to_owned()), (node.clone(), devices));
-        for resource in resources {
-            self.reindex_resource(&node, &resource);
+    }
+
+    /// Whether what [`View::count_pod_devices`] would count for `pod` is what is counted for it now.
+    fn counted_devices_unchanged(&self, namespace: &str, pod: &Pod) -> bool {
+        let counted = self.counted_devices(namespace, &pod.name);
+        let Some(node) = occupied_node(pod) else { return counted.is_none() };
+        match counted {
+            None => self.devices_to_count(namespace, pod, node).next().is_none(),
+            Some((counted_node, counted)) => {
+                counted_node == node
+                    && self.devices_to_count(namespace, pod, node).eq(counted.iter().map(|(r, units)| (r, *units)))
+            }
         }
     }
 
     fn uncount_pod_devices(&mut self, namespace: &str, name: &str) {
-        let Some((node, devices)) = self.pod_devices.remove(&(namespace.to_owned(), name.to_owned())) else {
-            return;
-        };
+        let Some(pods) = self.pod_devices.get_mut(namespace) else { return };
+        let Some((node, devices)) = pods.remove(name) else { return };
+        if pods.is_empty() {
+            self.pod_devices.remove(namespace);
+        }
         self.capacity.add_pod_devices(&node, &devices, false);
         for resource in devices.keys() {
-            self.reindex_resource(&node, resource);
+            self.capacity.refresh_resource(resource, &self.classes, &node, self.nodes.get(&node));
         }
     }
 
     /// The VMI's claims changed: its pods' own device counts change with them.
     fn recount_vmi_pods(&mut self, namespace: &str, vmi: &str) {
-        let Some(pods) = self.pods_by_vmi.get(&(namespace.to_owned(), vmi.to_owned())) else { return };
-        for pod in pods.clone() {
+        let Some(pods) = nested(&self.pods_by_vmi, namespace, vmi) else { return };
+        // Usually one pod (the launcher); a migration adds its target.
+        let pods: Vec<String> = pods.iter().cloned().collect();
+        for pod in pods {
             self.uncount_pod_devices(namespace, &pod);
             self.count_pod_devices(namespace, &pod);
         }
@@ -475,14 +509,13 @@ impl View {
             let claims = self.open_usages.entry(usage.namespace.clone()).or_default();
             claims.entry(usage.claim.clone()).or_default().insert(usage.name.clone());
         }
-        let by_claim = (usage.namespace.clone(), usage.claim.clone());
-        edit_set(&mut self.usages_by_claim, by_claim, usage.name.clone(), true);
+        edit_nested_set(&mut self.usages_by_claim, &usage.namespace, &usage.claim, &usage.name, true);
         self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
     }
 
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
-        edit_set(&mut self.usages_by_claim, (old.namespace.clone(), old.claim.clone()), old.name.clone(), false);
+        edit_nested_set(&mut self.usages_by_claim, namespace, &old.claim, &old.name, false);
         if let Some(claims) = self.open_usages.get_mut(namespace) {
             if let Some(open) = claims.get_mut(&old.claim) {
                 open.remove(&old.name);
@@ -499,7 +532,7 @@ impl View {
 
     /// Every usage record of a claim, open or closed.
     pub fn usages_of_claim(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
-        let names = self.usages_by_claim.get(&(namespace.to_owned(), claim.to_owned()));
+        let names = nested(&self.usages_by_claim, namespace, claim);
         let usages = self.usages.get(namespace);
         names.into_iter().flatten().filter_map(move |name| usages?.get(name))
     }
@@ -562,14 +595,6 @@ impl View {
             self.capacity.refresh(class, node, self.nodes.get(node));
         }
     }
-
-    fn reindex_resource(&mut self, node: &str, resource: &str) {
-        let classes: Vec<String> = self.capacity.classes_of(resource).map(str::to_owned).collect();
-        for class in classes {
-            let class = &self.classes[&class];
-            self.capacity.refresh(class, node, self.nodes.get(node));
-        }
-    }
 }
 
 /// What the indexes read of a claim.
@@ -605,10 +630,25 @@ impl ClaimIndexed {
     fn listed(&self) -> (Option<&str>, Option<&str>, Option<&str>, bool) {
         (self.attached_to.as_deref(), self.owner_vmi.as_deref(), self.node.as_deref(), self.pending_held)
     }
+
+    /// [`ClaimIndexed::counted`] of a stored claim, without copying it.
+    fn counted_of(claim: &Claim) -> (&str, u32, Option<&str>, Option<&str>) {
+        (&claim.class, claim.count, claim.node.as_deref(), claim.attached_to.as_ref().map(|vmi| vmi.name.as_str()))
+    }
+
+    /// [`ClaimIndexed::listed`] of a stored claim, without copying it.
+    fn listed_of(claim: &Claim) -> (Option<&str>, Option<&str>, Option<&str>, bool) {
+        (
+            claim.attached_to.as_ref().map(|vmi| vmi.name.as_str()),
+            claim.owner_vmi.as_ref().map(|vmi| vmi.name.as_str()),
+            claim.node.as_deref(),
+            claim.node.is_none() && !claim.template && !claim.deleting,
+        )
+    }
 }
 
-/// What the indexes read of a pod, derived: equal before and after an edit means nothing to re-index.
-#[derive(PartialEq)]
+/// What the gated queue, the pods of a VMI and the node loads read of a pod, derived: the same before and after an
+/// edit means nothing there to re-index (the devices counted for it are checked on their own).
 struct PodIndexed {
     /// Its creation time while it holds the placement gate (the gated queue's order).
     gated_since: Option<Time>,
@@ -616,8 +656,6 @@ struct PodIndexed {
     occupied: Option<String>,
     cpu_millis: u64,
     memory_bytes: u64,
-    devices: BTreeMap<String, u64>,
-    claims_pod: bool,
 }
 
 impl PodIndexed {
@@ -628,9 +666,15 @@ impl PodIndexed {
             occupied: occupied_node(pod).map(str::to_owned),
             cpu_millis: pod.cpu_millis,
             memory_bytes: pod.memory_bytes,
-            devices: pod.devices.clone(),
-            claims_pod: is_claims_pod(pod),
         }
+    }
+
+    /// Whether `pod` indexes as this, compared without copying it.
+    fn is(&self, pod: &Pod) -> bool {
+        self.gated_since == holds_placement_gate(pod).then_some(pod.created)
+            && self.owner_vmi.as_deref() == pod.owner_vmi.as_ref().map(|vmi| vmi.name.as_str())
+            && self.occupied.as_deref() == occupied_node(pod)
+            && (self.cpu_millis, self.memory_bytes) == (pod.cpu_millis, pod.memory_bytes)
     }
 }
 
@@ -641,6 +685,58 @@ fn edit_set<K: Ord, V: Ord>(map: &mut BTreeMap<K, BTreeSet<V>>, key: K, value: V
         set.remove(&value);
         if set.is_empty() {
             map.remove(&key);
+        }
+    }
+}
+
+/// Two levels of string keys (namespace, then name), so lookups borrow both.
+type Nested<V> = BTreeMap<String, BTreeMap<String, V>>;
+
+fn nested<'a, V>(map: &'a Nested<V>, first: &str, second: &str) -> Option<&'a V> {
+    map.get(first)?.get(second)
+}
+
+/// The value at (`first`, `second`), created empty if missing; keys are copied only then.
+fn nested_entry<'a, V: Default>(map: &'a mut Nested<V>, first: &str, second: &str) -> &'a mut V {
+    entry_of(entry_of(map, first), second)
+}
+
+/// The value at `key`, created empty if missing; the key is copied only then.
+fn entry_of<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+/// Drops the value at (`first`, `second`) once empty, and the inner map with it (so equal contents stay equal
+/// views).
+fn prune<V>(map: &mut Nested<V>, first: &str, second: &str, is_empty: impl Fn(&V) -> bool) {
+    let Some(inner) = map.get_mut(first) else { return };
+    if inner.get(second).is_some_and(is_empty) {
+        inner.remove(second);
+    }
+    if inner.is_empty() {
+        map.remove(first);
+    }
+}
+
+/// Adds or removes `value` in the set at (`first`, `second`), dropping sets and maps that become empty.
+fn edit_nested_set(map: &mut Nested<BTreeSet<String>>, first: &str, second: &str, value: &str, adding: bool) {
+    if adding {
+        let set = nested_entry(map, first, second);
+        if !set.contains(value) {
+            set.insert(value.to_owned());
+        }
+        return;
+    }
+    let Some(inner) = map.get_mut(first) else { return };
+    let Some(set) = inner.get_mut(second) else { return };
+    set.remove(value);
+    if set.is_empty() {
+        inner.remove(second);
+        if inner.is_empty() {
+            map.remove(first);
         }
     }
 }

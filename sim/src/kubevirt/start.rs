@@ -57,6 +57,11 @@ impl RateLimiter {
         self.failures.remove(item);
     }
 
+    /// Whether any item has failures counted (one to forget).
+    pub fn backing_off(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
     pub fn failures(&self, item: &str) -> u32 {
         self.failures.get(item).copied().unwrap_or(0)
     }

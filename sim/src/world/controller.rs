@@ -54,7 +54,10 @@ impl World {
             };
             match written {
                 Ok(changes) => {
-                    self.controller_retries.forget(&action_object(action));
+                    // Naming the object costs a string per write: only worth it when something backs off.
+                    if self.controller_retries.backing_off() {
+                        self.controller_retries.forget(&action_object(action));
+                    }
                     // Written through: the next pass sees its own writes at once.
                     for change in changes {
                         self.controller.written(change);
