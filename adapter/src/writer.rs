@@ -149,35 +149,19 @@ impl Writer {
             }
             Action::PinAndUngate { pod, precondition, node: _, terms } => {
                 let gates = self.remaining_gates(pod);
-                let patch = pin_and_ungate_patch(precondition, &gates, terms);
-                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
-                let written = api
-                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
-                self.upsert(&written);
+                self.merge_pod(action, pod, pin_and_ungate_patch(precondition, &gates, terms)).await?;
             }
             // The two-update counterfactual's writes (never decided by the shipped engine the adapter runs): the
             // gate removal on the decided resourceVersion, then the pin on whatever the pod is now.
             Action::Ungate { pod, precondition } => {
                 let gates: Vec<Value> = self.remaining_gates(pod).iter().map(|name| json!({"name": name})).collect();
                 let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"schedulingGates": gates}});
-                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
-                let written = api
-                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
-                self.upsert(&written);
+                self.merge_pod(action, pod, patch).await?;
             }
             Action::Pin { pod, node: _, terms } => {
                 let patch = json!({"spec": {"affinity": {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
-                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
-                let written = api
-                    .patch(&pod.name, &self.params, &Patch::Merge(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
-                self.upsert(&written);
+                self.merge_pod(action, pod, patch).await?;
             }
             Action::SetPodWaiting { pod, precondition, waiting } => {
                 let patch = pod_waiting_patch(precondition, waiting, now());
@@ -200,6 +184,17 @@ impl Writer {
             }
             Action::Event { kind, object, reason, message } => self.event(*kind, object, reason, message).await,
         }
+        Ok(())
+    }
+
+    /// One merge patch of a pod's spec (the pin and the gates), its result into the cache.
+    async fn merge_pod(&self, action: &Action, pod: &ObjectRef, patch: Value) -> Result<(), WriteError> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+        let written = api
+            .patch(&pod.name, &self.params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
+        self.upsert(&written);
         Ok(())
     }
 

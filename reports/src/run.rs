@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::variant::Variant as EngineVariant;
-use gpuclaim_sim::check::Invariants;
+use gpuclaim_sim::check::{check_event, watch_invariants};
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
@@ -90,19 +90,12 @@ pub fn run_one(
     world.set_variant(engine);
     // Every run holds the invariants after every event (docs/scenarios.md): a what-if figure from a run that broke
     // one would be a figure of a bug.
-    world.api.watch().keep_journal();
-    let mut invariants = Invariants::new(world.store(), engine, scenario.reaction_time());
+    let mut invariants = watch_invariants(&mut world, engine, scenario.reaction_time());
     let mut advance = |world: &mut World, until: Millis| -> Result<(), RunError> {
         let outcome = world
-            .run_observed(until, EVENTS_MAX, |world| {
-                let touched = world.api.watch().take_journal();
-                let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
-                invariants.check(world.store(), touched, now, time, leads).map_err(|v| (v, world.events(), now))
-            })
+            .run_observed(until, EVENTS_MAX, |world| check_event(&mut invariants, world))
             .map_err(|e| fail(e.to_string()))?;
-        outcome.map(|_| ()).map_err(|(violation, event, at)| {
-            fail(format!("invariant {} broken after event {event} at {at}: {}", violation.invariant, violation.detail))
-        })
+        outcome.map(|_| ()).map_err(|stop| fail(stop.to_string()))
     };
     let duration = scenario.duration.0;
     let classes: Vec<(String, String, u64)> = scenario

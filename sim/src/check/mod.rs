@@ -8,4 +8,6 @@ pub mod suite;
 
 pub use expect::{Expectation, ExpectationSpec, Figure, Subject, When};
 pub use invariants::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
-pub use run::{CheckedRun, Judged, RunFigures, Stop, run_checked, run_checked_world, run_twice};
+pub use run::{
+    CheckedRun, Judged, RunFigures, Stop, check_event, run_checked, run_checked_world, run_twice, watch_invariants,
+};

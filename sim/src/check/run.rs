@@ -29,6 +29,33 @@ pub struct Stop {
     pub at: Millis,
 }
 
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invariant {} broken after event {} at {}: {}",
+            self.violation.invariant, self.event, self.at, self.violation.detail
+        )
+    }
+}
+
+/// The invariant checks of one world: its API server keeps the journal they read.
+pub fn watch_invariants(world: &mut World, variant: Variant, reaction: Millis) -> Invariants {
+    world.api.watch().keep_journal();
+    Invariants::new(world.store(), variant, reaction)
+}
+
+/// Checks what the world's last event changed (an observer of [`World::run_observed`]).
+pub fn check_event(invariants: &mut Invariants, world: &mut World) -> Result<(), Stop> {
+    let touched = world.api.watch().take_journal();
+    let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
+    invariants.check(world.store(), touched, now, time, leads).map_err(|violation| Stop {
+        violation,
+        event: world.events(),
+        at: now,
+    })
+}
+
 /// An expectation's verdict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Judged {
@@ -70,10 +97,7 @@ impl CheckedRun {
     /// The first thing that failed, in a line.
     pub fn failure(&self) -> Option<String> {
         if let Some(stop) = self.stop.as_ref().filter(|_| !self.stop_expected) {
-            return Some(format!(
-                "invariant {} broken after event {} at {}: {}",
-                stop.violation.invariant, stop.event, stop.at, stop.violation.detail
-            ));
+            return Some(stop.to_string());
         }
         self.judged.iter().find(|j| !j.passed).map(|j| format!("{}: {}", j.label, j.detail))
     }
@@ -118,8 +142,7 @@ pub fn run_checked_world(
     let expectations = scenario.expectations()?;
     let mut world = scenario.build(seed, log)?;
     world.set_variant(variant);
-    world.api.watch().keep_journal();
-    let mut invariants = Invariants::new(world.store(), variant, scenario.reaction_time());
+    let mut invariants = watch_invariants(&mut world, variant, scenario.reaction_time());
     let mut tracking: Vec<Tracking<'_>> = expectations
         .iter()
         .filter(|e| e.applies_to(judge_as))
@@ -138,13 +161,8 @@ pub fn run_checked_world(
     let mut stop = None;
     for cut in cuts {
         let outcome = world.run_observed(cut, EVENTS_MAX, |world| {
-            let touched = world.api.watch().take_journal();
-            let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
-            invariants.check(world.store(), touched, now, time, leads).map_err(|violation| Stop {
-                violation,
-                event: world.events(),
-                at: now,
-            })?;
+            check_event(&mut invariants, world)?;
+            let now = world.now();
             for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
                 match t.expectation.when {
                     When::By(deadline) if now <= deadline && t.expectation.holds(world, &mut t.seen_pods) => {
