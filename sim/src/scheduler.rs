@@ -50,9 +50,10 @@ impl Requested {
     }
 }
 
-/// Why one node does not take a pod, as the scheduler's filter plugins word it.
+/// Why one node does not take a pod, as the scheduler's filter plugins word it. It borrows from the pod and the
+/// node: most nodes a search filters are misfits, and naming one must not cost an allocation.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Misfit {
+pub enum Misfit<'a> {
     /// NodeUnschedulable.
     Cordoned,
     /// The node is not Ready (its `not-ready` taint, which pods do not tolerate for scheduling).
@@ -60,23 +61,23 @@ pub enum Misfit {
     /// NodeAffinity (nodeSelector or required terms).
     Selector,
     /// TaintToleration.
-    Taint { key: String, value: Option<String>, effect: String },
+    Taint { key: &'a str, value: Option<&'a str>, effect: &'a str },
     /// NodeResourcesFit.
-    Insufficient { resource: String },
+    Insufficient { resource: &'a str },
     /// VolumeBinding: the pod's volume is bound to a local volume on another node.
     VolumeNodeAffinity,
     /// InterPodAffinity: a pod the anti-affinity terms select runs there.
     AntiAffinity,
 }
 
-impl fmt::Display for Misfit {
+impl fmt::Display for Misfit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Misfit::Cordoned => write!(f, "node(s) were unschedulable"),
             Misfit::NotReady => write!(f, "node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}"),
             Misfit::Selector => write!(f, "node(s) didn't match Pod's node affinity/selector"),
             Misfit::Taint { key, value, .. } => {
-                write!(f, "node(s) had untolerated taint {{{key}: {}}}", value.as_deref().unwrap_or_default())
+                write!(f, "node(s) had untolerated taint {{{key}: {}}}", value.unwrap_or_default())
             }
             Misfit::Insufficient { resource } => write!(f, "Insufficient {resource}"),
             Misfit::VolumeNodeAffinity => write!(f, "node(s) had volume node affinity conflict"),
@@ -87,7 +88,12 @@ impl fmt::Display for Misfit {
 
 /// Runs the filters in kube-scheduler's order; the first that fails names the misfit. `placed` is what the filters
 /// that read other objects say of the node (VolumeBinding, InterPodAffinity: the last ones).
-pub fn filter(pod: &Pod, node: &Node, requested: &Requested, placed: Option<Misfit>) -> Result<(), Misfit> {
+pub fn filter<'a>(
+    pod: &'a Pod,
+    node: &'a Node,
+    requested: &Requested,
+    placed: Option<Misfit<'a>>,
+) -> Result<(), Misfit<'a>> {
     if node.unschedulable {
         return Err(Misfit::Cordoned);
     }
@@ -100,18 +106,18 @@ pub fn filter(pod: &Pod, node: &Node, requested: &Requested, placed: Option<Misf
         return Err(Misfit::NotReady);
     }
     if let Some(taint) = untolerated_taint(&pod.tolerations, &node.taints) {
-        return Err(Misfit::Taint { key: taint.key.clone(), value: taint.value.clone(), effect: taint.effect.clone() });
+        return Err(Misfit::Taint { key: &taint.key, value: taint.value.as_deref(), effect: &taint.effect });
     }
     if requested.cpu_millis + pod.cpu_millis > node.cpu_millis {
-        return Err(Misfit::Insufficient { resource: "cpu".to_owned() });
+        return Err(Misfit::Insufficient { resource: "cpu" });
     }
     if requested.memory_bytes + pod.memory_bytes > node.memory_bytes {
-        return Err(Misfit::Insufficient { resource: "memory".to_owned() });
+        return Err(Misfit::Insufficient { resource: "memory" });
     }
     for (resource, units) in &pod.devices {
         let used = requested.devices.get(resource).copied().unwrap_or(0);
         if used + units > node.devices.get(resource).copied().unwrap_or(0) {
-            return Err(Misfit::Insufficient { resource: resource.clone() });
+            return Err(Misfit::Insufficient { resource });
         }
     }
     match placed {
@@ -126,28 +132,68 @@ pub struct Unschedulable {
     pub message: String,
 }
 
-/// Picks a node for `pod`: every node is filtered; among those that fit, the least requested (CPU and memory
-/// shares averaged, as NodeResourcesFit's LeastAllocated scores) wins, ties broken at random from the scheduler's
-/// stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled. `placed` says what the
-/// filters that read other objects (volumes, other pods) find wrong with a node.
+/// kube-scheduler stops filtering once it has found this many feasible nodes, or `percentage` of them
+/// (`numFeasibleNodesToFind` in pkg/scheduler/schedule_one.go: `minFeasibleNodesToFind` = 100 and, with
+/// `percentageOfNodesToScore` unset as it is by default, an adaptive `50 - nodes/125` percent, at least
+/// `minFeasibleNodesPercentageToFind` = 5). Large clusters are searched only in part, which is why the next
+/// search starts where this one stopped.
+pub fn feasible_nodes_to_find(nodes: usize) -> usize {
+    const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+    const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return nodes;
+    }
+    let percentage = 50usize.saturating_sub(nodes / 125).max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// Where one search started and how many nodes it filtered: the next search starts after them
+/// (`nextStartNodeIndex`), so successive pods see the whole cluster in turn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    pub start: usize,
+    pub processed: usize,
+}
+
+impl Sweep {
+    /// The index the next search starts at, in a cluster of `nodes`.
+    pub fn next_start(self, nodes: usize) -> usize {
+        if nodes == 0 { 0 } else { (self.start + self.processed) % nodes }
+    }
+}
+
+/// Picks a node for `pod`: nodes are filtered from `start` on, wrapping around, until
+/// [`feasible_nodes_to_find`] of them fit or every node was filtered; among those that fit, the least requested
+/// (CPU and memory shares averaged, as NodeResourcesFit's LeastAllocated scores) wins, ties broken at random from
+/// the scheduler's stream, as kube-scheduler samples among equal scores. A gated pod is not scheduled. Each node
+/// comes with what the pods bound to it request; `placed` says what the filters that read other objects (volumes, other pods) find wrong with a node. Returns the verdict
+/// and the sweep, for the next search's start.
 pub fn schedule<'n>(
     pod: &Pod,
-    nodes: impl Iterator<Item = (&'n Node, &'n Requested)>,
-    placed: impl Fn(&str) -> Option<Misfit>,
+    nodes: &[(&'n Node, &'n Requested)],
+    start: usize,
+    placed: impl Fn(&str) -> Option<Misfit<'static>>,
     rng: &mut ChaCha8Rng,
-) -> Result<&'n str, Unschedulable> {
+) -> (Result<&'n str, Unschedulable>, Sweep) {
+    let start = if nodes.is_empty() { 0 } else { start % nodes.len() };
+    let mut sweep = Sweep { start, processed: 0 };
     if !pod.scheduling_gates.is_empty() {
-        return Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() });
+        return (Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() }), sweep);
     }
-    let mut total = 0;
+    let wanted = feasible_nodes_to_find(nodes.len());
+    let mut feasible = 0;
     let mut misfits: BTreeMap<Misfit, u32> = BTreeMap::new();
     let mut best: Option<(u64, &str)> = None;
     let mut ties = 0u32;
-    for (node, requested) in nodes {
-        total += 1;
+    for &(node, requested) in nodes[start..].iter().chain(&nodes[..start]) {
+        if feasible == wanted {
+            break;
+        }
+        sweep.processed += 1;
         match filter(pod, node, requested, placed(&node.name)) {
             Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
             Ok(()) => {
+                feasible += 1;
                 let score = free_share(pod, node, requested);
                 match best {
                     Some((top, _)) if score < top => {}
@@ -165,10 +211,11 @@ pub fn schedule<'n>(
             }
         }
     }
-    match best {
+    let verdict = match best {
         Some((_, node)) => Ok(node),
-        None => Err(Unschedulable { message: unschedulable_message(total, &misfits) }),
-    }
+        None => Err(Unschedulable { message: unschedulable_message(nodes.len() as u32, &misfits) }),
+    };
+    (verdict, sweep)
 }
 
 /// [`schedule`] for a pod pinned to one node by `metadata.name` (what the GPU controller does): every other node
@@ -177,7 +224,7 @@ pub fn schedule<'n>(
 pub fn schedule_pinned<'n>(
     pod: &Pod,
     pinned: Option<(&'n Node, &'n Requested)>,
-    placed: impl Fn(&str) -> Option<Misfit>,
+    placed: impl Fn(&str) -> Option<Misfit<'static>>,
     total: u32,
 ) -> Result<&'n str, Unschedulable> {
     if !pod.scheduling_gates.is_empty() {
@@ -208,7 +255,7 @@ fn free_share(pod: &Pod, node: &Node, requested: &Requested) -> u64 {
 
 /// `0/N nodes are available: <count> <reason>, ...`, the "count reason" strings sorted as text, as kube-scheduler's
 /// FitError sorts them.
-fn unschedulable_message(total: u32, misfits: &BTreeMap<Misfit, u32>) -> String {
+fn unschedulable_message(total: u32, misfits: &BTreeMap<Misfit<'_>, u32>) -> String {
     let mut by_text: BTreeMap<String, u32> = BTreeMap::new();
     for (misfit, count) in misfits {
         *by_text.entry(misfit.to_string()).or_insert(0) += count;
@@ -246,7 +293,7 @@ mod tests {
         assert_eq!(filter(&pod, &node, &idle, None), Ok(()));
         let mut busy = Requested::default();
         busy.devices.insert(H100.to_owned(), 1);
-        assert_eq!(filter(&pod, &node, &busy, None), Err(Misfit::Insufficient { resource: H100.to_owned() }));
+        assert_eq!(filter(&pod, &node, &busy, None), Err(Misfit::Insufficient { resource: H100 }));
         let mut untolerated = pod.clone();
         untolerated.tolerations.clear();
         assert_eq!(
@@ -260,7 +307,7 @@ mod tests {
         cordoned.unschedulable = true;
         assert_eq!(filter(&pod, &cordoned, &idle, None), Err(Misfit::Cordoned));
         let cpu = Requested { cpu_millis: node.cpu_millis, ..Requested::default() };
-        assert_eq!(filter(&pod, &node, &cpu, None), Err(Misfit::Insufficient { resource: "cpu".into() }));
+        assert_eq!(filter(&pod, &node, &cpu, None), Err(Misfit::Insufficient { resource: "cpu" }));
         let volume = filter(&pod, &node, &idle, Some(Misfit::VolumeNodeAffinity)).unwrap_err();
         assert_eq!(volume.to_string(), "node(s) had volume node affinity conflict");
         let avoided = filter(&pod, &node, &idle, Some(Misfit::AntiAffinity)).unwrap_err();
@@ -276,7 +323,10 @@ mod tests {
         let nodes = [gpu_node("gpu-1", H100, 2), gpu_node("gpu-2", H100, 2), gpu_node("cpu-1", "none", 0)];
         let requested = Requested::default();
         let mut rng = actor_stream(1, "scheduler");
-        let verdict = schedule(&pod, nodes.iter().map(|n| (n, &requested)), |_| None, &mut rng).unwrap_err();
+        let nodes: Vec<_> = nodes.iter().map(|n| (n, &requested)).collect();
+        let (verdict, sweep) = schedule(&pod, &nodes, 0, |_| None, &mut rng);
+        assert_eq!(sweep, Sweep { start: 0, processed: 3 }, "a pod that fits nowhere was filtered on every node");
+        let verdict = verdict.unwrap_err();
         assert_eq!(
             verdict.message,
             format!("0/3 nodes are available: 1 node(s) had untolerated taint {{none: }}, 2 Insufficient {H100}.")
@@ -289,23 +339,49 @@ mod tests {
         let nodes = [gpu_node("gpu-1", H100, 8), gpu_node("gpu-2", H100, 8), gpu_node("gpu-3", H100, 8)];
         let loaded = Requested { cpu_millis: 32_000, ..Requested::default() };
         let idle = Requested::default();
-        let loads = [&loaded, &idle, &idle];
+        let nodes: Vec<_> = nodes.iter().zip([&loaded, &idle, &idle]).collect();
         let mut picks = BTreeMap::new();
         let mut rng = actor_stream(3, "scheduler");
         for _ in 0..200 {
-            let node = schedule(&pod, nodes.iter().zip(loads), |_| None, &mut rng).unwrap();
+            let node = schedule(&pod, &nodes, 0, |_| None, &mut rng).0.unwrap();
             *picks.entry(node).or_insert(0) += 1;
         }
         assert!(!picks.contains_key("gpu-1"), "the loaded node loses");
         assert!(picks["gpu-2"] > 60 && picks["gpu-3"] > 60, "ties split: {picks:?}");
         let mut again = actor_stream(3, "scheduler");
-        let first = schedule(&pod, nodes.iter().zip(loads), |_| None, &mut again).unwrap();
+        let first = schedule(&pod, &nodes, 0, |_| None, &mut again).0.unwrap();
         let mut replay = actor_stream(3, "scheduler");
-        assert_eq!(
-            schedule(&pod, nodes.iter().zip(loads), |_| None, &mut replay).unwrap(),
-            first,
-            "same stream, same pick"
-        );
+        assert_eq!(schedule(&pod, &nodes, 0, |_| None, &mut replay).0.unwrap(), first, "same stream, same pick");
+    }
+
+    #[test]
+    fn large_clusters_are_searched_in_part_from_where_the_last_search_stopped() {
+        // kube-scheduler's numFeasibleNodesToFind: all of a small cluster, an adaptive share of a large one.
+        assert_eq!(feasible_nodes_to_find(99), 99);
+        assert_eq!(feasible_nodes_to_find(100), 100, "50% of 100 is below the minimum of 100");
+        assert_eq!(feasible_nodes_to_find(1_000), 420, "50 - 1000/125 = 42%");
+        assert_eq!(feasible_nodes_to_find(1_523), 578, "50 - 12 = 38% of 1,523");
+        assert_eq!(feasible_nodes_to_find(5_000), 500, "50 - 40 = 10%");
+        assert_eq!(feasible_nodes_to_find(10_000), 500, "at least 5%");
+        let pod = launcher(1);
+        let nodes: Vec<Node> = (0..250).map(|i| gpu_node(&format!("gpu-{i:03}"), H100, 8)).collect();
+        let idle = Requested::default();
+        let full = Requested { cpu_millis: nodes[0].cpu_millis, ..Requested::default() };
+        let mut rng = actor_stream(1, "scheduler");
+        let wanted = feasible_nodes_to_find(250);
+        assert_eq!(wanted, 120, "48% of 250");
+        let idle_nodes: Vec<_> = nodes.iter().map(|n| (n, &idle)).collect();
+        let (verdict, sweep) = schedule(&pod, &idle_nodes, 200, |_| None, &mut rng);
+        assert_eq!(sweep, Sweep { start: 200, processed: wanted });
+        assert_eq!(sweep.next_start(250), 70, "the search wrapped around");
+        let picked: usize = verdict.unwrap()["gpu-".len()..].parse().unwrap();
+        assert!(!(70..200).contains(&picked), "only the nodes searched can be picked: {picked}");
+        // Nodes that do not fit do not count towards the feasible ones: the search goes on past them.
+        let first_full: Vec<_> =
+            nodes.iter().enumerate().map(|(i, n)| (n, if i < 100 { &full } else { &idle })).collect();
+        let (verdict, sweep) = schedule(&pod, &first_full, 0, |_| None, &mut rng);
+        assert_eq!(sweep.processed, 100 + wanted);
+        assert!(verdict.unwrap() >= "gpu-100");
     }
 
     #[test]
@@ -314,8 +390,8 @@ mod tests {
         pod.scheduling_gates.push("gpu.cozystack.io/placement".into());
         let node = gpu_node("gpu-1", H100, 8);
         let idle = Requested::default();
-        let verdict =
-            schedule(&pod, std::iter::once((&node, &idle)), |_| None, &mut actor_stream(1, "scheduler")).unwrap_err();
+        let (verdict, _) = schedule(&pod, &[(&node, &idle)], 0, |_| None, &mut actor_stream(1, "scheduler"));
+        let verdict = verdict.unwrap_err();
         assert_eq!(verdict.message, MESSAGE_SCHEDULING_GATED);
     }
 }

@@ -225,6 +225,8 @@ pub struct World {
     silent_nodes: BTreeMap<String, Millis>,
     /// The scheduler's own count of what the pods bound to each node request.
     requested: BTreeMap<String, Requested>,
+    /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
+    next_start_node: usize,
     scheduling_queue: SchedulingQueue,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
@@ -265,6 +267,7 @@ impl World {
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
             requested: BTreeMap::new(),
+            next_start_node: 0,
             silent_nodes: BTreeMap::new(),
             migrations: BTreeMap::new(),
             migration_seq: 0,

@@ -46,8 +46,21 @@ impl World {
                 schedule_pinned(pod, node, placed, total).map(str::to_owned)
             }
             None => {
-                let candidates = store.nodes().map(|n| (n, self.requested.get(&n.name).unwrap_or(&empty)));
-                schedule(pod, candidates, placed, self.streams.of("scheduler")).map(str::to_owned)
+                // Nodes and the scheduler's counts are both in name order: walked side by side, a node's count is
+                // found without a search of its own.
+                let mut counts = self.requested.iter().peekable();
+                let nodes: Vec<(&Node, &Requested)> = store
+                    .nodes()
+                    .map(|node| {
+                        while counts.next_if(|(name, _)| name.as_str() < node.name.as_str()).is_some() {}
+                        let count = counts.next_if(|(name, _)| **name == node.name).map_or(&empty, |(_, r)| r);
+                        (node, count)
+                    })
+                    .collect();
+                let rng = self.streams.of("scheduler");
+                let (verdict, sweep) = schedule(pod, &nodes, self.next_start_node, placed, rng);
+                self.next_start_node = sweep.next_start(nodes.len());
+                verdict.map(str::to_owned)
             }
         };
         match verdict {
