@@ -1,8 +1,9 @@
 //! Capacity what-if studies over the twin: a study ([`study`]) names a base scenario and variants of it (node counts
 //! per class, budgets, arrival rates, lifetimes, engine rules); every variant × seed runs in parallel
 //! ([`run_study`]), each run sampled over time ([`run`]); figures are aggregated across seeds ([`stats`]); a
-//! compaction search bisects a class's node count against an SLO; the report ([`render`], [`charts`]) is HTML with
-//! inline SVG charts, Markdown, SVG and PNG charts, summary.json and runs.csv. Same study and seeds, same bytes.
+//! compaction search bisects a node count (a class's group, or the groups a label selector picks) against an SLO;
+//! the report ([`render`], [`charts`]) is HTML with inline SVG charts, Markdown, SVG and PNG charts, summary.json
+//! and runs.csv. Same study and seeds, same bytes.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -80,7 +81,8 @@ pub struct Probe {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct CompactionResult {
-    pub class: String,
+    /// What was counted: a class, or a label selector (see [`study::Compaction`]).
+    pub target: String,
     pub variant: String,
     pub min: u32,
     pub max: u32,
@@ -112,7 +114,8 @@ pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync
     progress(Progress::Phase { name: "variants × seeds".to_owned(), runs: plan.len() as u64 });
     let runs = parallel(&plan, jobs, progress, |&(v, seed)| {
         let variant = &study.variants[v];
-        run_one(&variant.name, &scenarios[v], variant.engine, seed, study.samples, study.warmup)
+        let classes = study.slo.as_ref().map_or(&[][..], |slo| &slo.classes[..]);
+        run_one(&variant.name, &scenarios[v], variant.engine, seed, study.samples, study.warmup, classes)
     })?;
     let variants = study
         .variants
@@ -134,7 +137,7 @@ fn summarise(study: &Study, variant: &study::Variant, runs: &[&RunResult]) -> Va
     let metrics = spreads(runs.iter().map(|r| &r.scalars));
     let refusals: Vec<BTreeMap<String, f64>> =
         runs.iter().map(|r| r.refusals.iter().map(|(k, n)| (k.clone(), *n as f64)).collect()).collect();
-    let slo = study.slo.as_ref().map(|slo| judge(slo, &metrics.get(slo.metric.scalar()).cloned().unwrap_or_default()));
+    let slo = study.slo.as_ref().map(|slo| judge(slo, &metrics.get(&slo.scalar()).cloned().unwrap_or_default()));
     let mut series = BTreeMap::new();
     if let Some(first) = runs.first() {
         let t = &first.series.t_hours;
@@ -170,20 +173,19 @@ fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> 
     let base = study.variants.iter().find(|v| v.name == spec.variant).expect("checked on load");
     let mut probes: BTreeMap<u32, Probe> = BTreeMap::new();
     let mut probe = |nodes: u32| -> Result<bool, ReportError> {
-        let name = format!("{}@{}={nodes}", spec.variant, spec.class);
+        let name = format!("{}@[{}]={nodes}", spec.variant, spec.target);
         let mut tree = base.scenario.clone();
-        let scenario = set_node_count(&mut tree, &spec.class, &nodes.into())
+        let scenario = set_node_count(&mut tree, &spec.target, &nodes.into())
             .and_then(|()| to_scenario(&tree))
             .map_err(|reason| ReportError::Scenario { variant: name.clone(), reason })?;
         progress(Progress::Phase {
-            name: format!("compaction: {nodes} × {}", spec.class),
+            name: format!("compaction: {nodes} × {}", spec.target),
             runs: study.seeds.len() as u64,
         });
         let runs = parallel(&study.seeds, jobs, progress, |&seed| {
-            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup)
+            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup, &slo.classes)
         })?;
-        let values: Vec<f64> =
-            runs.iter().map(|r| r.scalars.get(slo.metric.scalar()).copied().unwrap_or(0.0)).collect();
+        let values: Vec<f64> = runs.iter().map(|r| r.scalars.get(&slo.scalar()).copied().unwrap_or(0.0)).collect();
         let spread = stats::spread(&values);
         let verdict = judge(slo, &spread);
         let met = verdict.met;
@@ -202,7 +204,7 @@ fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> 
         None
     };
     Ok(CompactionResult {
-        class: spec.class.clone(),
+        target: spec.target.clone(),
         variant: spec.variant.clone(),
         min: spec.min,
         max: spec.max,

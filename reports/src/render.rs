@@ -132,14 +132,14 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
             name: "compaction".to_owned(),
             caption: format!(
                 "{} per {} node count tried (variant {}), seeds' median with min–max; the SLO line.",
-                slo.metric.label(),
-                compaction.class,
+                slo.label(),
+                compaction.target,
                 compaction.variant
             ),
             chart: Chart::Compaction {
-                title: format!("Compaction: {} nodes", compaction.class),
-                x_label: format!("{} nodes", compaction.class),
-                y_label: format!("{} (s)", slo.metric.label()),
+                title: format!("Compaction: {} nodes", compaction.target),
+                x_label: format!("{} nodes", compaction.target),
+                y_label: format!("{} (s)", slo.label()),
                 slo_seconds: slo.max_seconds,
                 probes: compaction.probes.iter().map(|p| (p.nodes, p.spread.clone())).collect(),
             },
@@ -227,6 +227,16 @@ fn figure_rows(report: &Report) -> Vec<(String, String)> {
             add(format!("start wait {p} (s)"), format!("start_wait_{p}_s"));
         }
         add("VMs still waiting to start at the end".to_owned(), "vms_waiting_at_end".to_owned());
+        // Per classes, when the SLO reads the waits of the VMs ordering some classes only.
+        let keyed: Vec<String> =
+            names.iter().filter_map(|k| k.strip_prefix("vms_not_started:")).map(str::to_owned).collect();
+        for key in keyed {
+            for p in ["p50", "p90", "p99", "max"] {
+                add(format!("start wait {p}, VMs of {key} (s)"), format!("start_wait_{p}_s:{key}"));
+            }
+            add(format!("VMs of {key} counted (started or not)"), format!("start_wait_count:{key}"));
+            add(format!("VMs of {key} never started (deleted or still waiting)"), format!("vms_not_started:{key}"));
+        }
     }
     if wants(MetricGroup::GateWait) {
         for p in ["mean", "p50", "p90", "p99"] {
@@ -322,7 +332,7 @@ pub fn markdown(report: &Report, command: &str, charts: &[NamedChart]) -> String
         writeln!(w).expect("writing to a String");
     }
     if let Some(slo) = &study.slo {
-        write!(w, "| SLO {} ≤ {} s ({:?} of seeds) |", slo.metric.label(), number(slo.max_seconds), slo.across_seeds)
+        write!(w, "| SLO {} ≤ {} s ({:?} of seeds) |", slo.label(), number(slo.max_seconds), slo.across_seeds)
             .expect("writing to a String");
         for v in &report.variants {
             let verdict = v.slo.as_ref().map_or("–".to_owned(), |s| {
@@ -336,7 +346,7 @@ pub fn markdown(report: &Report, command: &str, charts: &[NamedChart]) -> String
     refusals_md(report, w);
     if let Some(c) = &report.compaction {
         writeln!(w, "## Compaction\n\n{}\n", compaction_sentence(report, c)).expect("writing to a String");
-        writeln!(w, "| {} nodes | median | p90 | min–max | SLO |\n|---|---|---|---|---|", c.class)
+        writeln!(w, "| {} nodes | median | p90 | min–max | SLO |\n|---|---|---|---|---|", c.target)
             .expect("writing to a String");
         for p in &c.probes {
             writeln!(
@@ -400,8 +410,8 @@ fn compaction_sentence(report: &Report, c: &crate::CompactionResult) -> String {
     match c.nodes.and_then(|n| c.probes.iter().find(|p| p.nodes == n)) {
         Some(p) => format!(
             "The fewest {} nodes meeting {} ≤ {} s in variant {}: **{}** (seeds: median {} s, p90 {} s, {}–{} s).",
-            c.class,
-            slo.metric.label(),
+            c.target,
+            slo.label(),
             number(slo.max_seconds),
             c.variant,
             p.nodes,
@@ -413,8 +423,8 @@ fn compaction_sentence(report: &Report, c: &crate::CompactionResult) -> String {
         None => format!(
             "Not even {} {} nodes meet {} ≤ {} s in variant {}.",
             c.max,
-            c.class,
-            slo.metric.label(),
+            c.target,
+            slo.label(),
             number(slo.max_seconds),
             c.variant
         ),
@@ -473,14 +483,8 @@ pub fn html(report: &Report, command: &str, charts: &[(NamedChart, String)]) -> 
         writeln!(w, "</tr>").expect("writing to a String");
     }
     if let Some(slo) = &study.slo {
-        write!(
-            w,
-            "<tr><td>SLO {} ≤ {} s ({:?} of seeds)</td>",
-            slo.metric.label(),
-            number(slo.max_seconds),
-            slo.across_seeds
-        )
-        .expect("writing to a String");
+        write!(w, "<tr><td>SLO {} ≤ {} s ({:?} of seeds)</td>", slo.label(), number(slo.max_seconds), slo.across_seeds)
+            .expect("writing to a String");
         for v in &report.variants {
             match &v.slo {
                 Some(s) => {
@@ -518,7 +522,7 @@ pub fn html(report: &Report, command: &str, charts: &[(NamedChart, String)]) -> 
         writeln!(
             w,
             "<table><tr><th>{} nodes</th><th>median</th><th>p90</th><th>min–max</th><th>SLO</th></tr>",
-            html_escape(&c.class)
+            html_escape(&c.target)
         )
         .expect("writing to a String");
         for p in &c.probes {

@@ -12,7 +12,9 @@ use gpuclaim_sim::scenario::Scenario;
 use gpuclaim_sim::world::World;
 use serde::Serialize;
 
-use crate::study::typical_claim;
+use gpuclaim_engine::references::GpuEntry;
+
+use crate::study::{classes_key, typical_claim};
 
 /// The most events one run may handle before it is declared runaway.
 pub const EVENTS_MAX: u64 = 1_000_000_000;
@@ -75,8 +77,92 @@ impl Mark {
     }
 }
 
+/// The first start waits of the timed VMs (`vms:`) ordering some classes, for an SLO over those classes. The twin's
+/// start-wait samples carry no VM name, so after every event in which a VM started, the watched VMs created by then
+/// and not started yet are looked up by name (`World::last_start_wait`). Scanning only on starts, and only the
+/// watched VMs waiting, keeps it off the run's hot path.
+struct StartWatch {
+    /// (created, deleted, namespace, name) of every watched VM, by creation time.
+    vms: Vec<(Millis, Option<Millis>, String, String)>,
+    /// `vms[..next]` are created by now (or will be within this instant).
+    next: usize,
+    /// Indices into `vms` of those not started yet.
+    waiting: Vec<usize>,
+    starts_seen: u64,
+    warmup: Millis,
+    /// First start waits (ms) of the VMs that started after the warm-up.
+    waits: Vec<u64>,
+}
+
+impl StartWatch {
+    fn new(scenario: &Scenario, classes: &[String], warmup: Millis) -> Self {
+        let held_class = |tenant: &str, claim: &str| {
+            let tenant = scenario.cluster.tenants.iter().find(|t| t.name == tenant);
+            tenant.and_then(|t| t.claims.iter().find(|c| c.name == claim)).map(|c| c.class.clone())
+        };
+        let mut vms: Vec<(Millis, Option<Millis>, String, String)> = scenario
+            .vms
+            .iter()
+            .filter(|vm| {
+                vm.gpus.iter().any(|entry| match entry {
+                    GpuEntry::ClaimTemplate(template) => classes.contains(&template.class),
+                    GpuEntry::Claim(claim) => held_class(&vm.tenant, claim).is_some_and(|c| classes.contains(&c)),
+                    GpuEntry::Name(_) => false,
+                })
+            })
+            .map(|vm| (vm.at.0, vm.stop_at.map(|d| d.0), vm.tenant.clone(), vm.name.clone()))
+            .collect();
+        vms.sort();
+        StartWatch { vms, next: 0, waiting: Vec::new(), starts_seen: 0, warmup, waits: Vec::new() }
+    }
+
+    fn observe(&mut self, world: &World) {
+        if world.vm_starts() == self.starts_seen {
+            return;
+        }
+        self.starts_seen = world.vm_starts();
+        let now = world.now();
+        while self.next < self.vms.len() && self.vms[self.next].0 <= now {
+            self.waiting.push(self.next);
+            self.next += 1;
+        }
+        let counted = self.warmup == Millis(0) || now > self.warmup;
+        let (vms, waits) = (&self.vms, &mut self.waits);
+        self.waiting.retain(|&i| {
+            let (_, _, namespace, name) = &vms[i];
+            match world.last_start_wait(namespace, name) {
+                Some(wait) => {
+                    if counted {
+                        waits.push(wait.0);
+                    }
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+
+    /// The waits at the run's end: the started VMs', then each watched VM that never started counts with its wait
+    /// until it was deleted (a trace's deletion time) or until the end, a lower bound either way, so a pool too small
+    /// to start them cannot look fast. Returns (waits, VMs not started).
+    fn finish(mut self, end: Millis) -> (Vec<u64>, usize) {
+        self.waiting.extend(self.next..self.vms.iter().filter(|vm| vm.0 <= end).count());
+        let mut not_started = 0;
+        for &i in &self.waiting {
+            let (created, deleted, _, _) = &self.vms[i];
+            let until = deleted.map_or(end, |d| d.min(end));
+            if until > self.warmup || self.warmup == Millis(0) {
+                self.waits.push(until.0.saturating_sub(created.0));
+                not_started += 1;
+            }
+        }
+        (self.waits, not_started)
+    }
+}
+
 /// Runs `scenario` on `seed` and measures it: sampled `samples` times at even intervals; waits and counts taken
-/// after `warmup`, as are the time series' means.
+/// after `warmup`, as are the time series' means. With `slo_classes`, also the start waits of the timed VMs
+/// ordering those classes (`start_wait_p90_s:<classes>`...).
 pub fn run_one(
     variant: &str,
     scenario: &Scenario,
@@ -84,6 +170,7 @@ pub fn run_one(
     seed: u64,
     samples: u32,
     warmup: Millis,
+    slo_classes: &[String],
 ) -> Result<RunResult, RunError> {
     let fail = |reason: String| RunError { variant: variant.to_owned(), seed, reason };
     let mut world = scenario.build(seed, EventLog::new(None)).map_err(|e| fail(e.to_string()))?;
@@ -91,9 +178,15 @@ pub fn run_one(
     // Every run holds the invariants after every event (docs/scenarios.md): a what-if figure from a run that broke
     // one would be a figure of a bug.
     let mut invariants = watch_invariants(&mut world, engine, scenario.reaction_time());
+    let mut watch = (!slo_classes.is_empty()).then(|| StartWatch::new(scenario, slo_classes, warmup));
     let mut advance = |world: &mut World, until: Millis| -> Result<(), RunError> {
         let outcome = world
-            .run_observed(until, EVENTS_MAX, |world| check_event(&mut invariants, world))
+            .run_observed(until, EVENTS_MAX, |world| {
+                if let Some(watch) = watch.as_mut() {
+                    watch.observe(world);
+                }
+                check_event(&mut invariants, world)
+            })
             .map_err(|e| fail(e.to_string()))?;
         outcome.map(|_| ()).map_err(|stop| fail(stop.to_string()))
     };
@@ -128,6 +221,12 @@ pub fn run_one(
         series,
     };
     measure(&world, &mark, &measured, &mut result);
+    if let Some(watch) = watch {
+        let key = classes_key(slo_classes);
+        let (mut waits, not_started) = watch.finish(duration);
+        result.scalars.insert(format!("vms_not_started:{key}"), not_started as f64);
+        insert_waits(&mut result.scalars, "start_wait", &key, &mut waits);
+    }
     Ok(result)
 }
 
@@ -156,25 +255,14 @@ fn sample(world: &World, t: Millis, classes: &[(String, String, u64)], series: &
 fn measure(world: &World, mark: &Mark, measured: &[bool], result: &mut RunResult) {
     let metrics = world.metrics();
     let scalars = &mut result.scalars;
-    let seconds = |ms: u64| ms as f64 / 1_000.0;
     // VMs still waiting at the end count with their wait so far: a lower bound, but a cluster too small to start
     // them must not look fast.
     let mut start_waits = metrics.start_wait_samples()[mark.start_waits..].to_vec();
     let still_waiting = world.waiting_to_start();
     scalars.insert("vms_waiting_at_end".to_owned(), still_waiting.len() as f64);
     start_waits.extend(still_waiting);
-    for (name, samples) in
-        [("start_wait", &start_waits[..]), ("gate_wait", &metrics.gate_wait_samples()[mark.gate_waits..])]
-    {
-        let mean = if samples.is_empty() { 0.0 } else { samples.iter().sum::<u64>() as f64 / samples.len() as f64 };
-        let p = percentiles(&mut samples.to_vec());
-        scalars.insert(format!("{name}_count"), p.count as f64);
-        scalars.insert(format!("{name}_mean_s"), mean / 1_000.0);
-        scalars.insert(format!("{name}_p50_s"), seconds(p.p50_ms));
-        scalars.insert(format!("{name}_p90_s"), seconds(p.p90_ms));
-        scalars.insert(format!("{name}_p99_s"), seconds(p.p99_ms));
-        scalars.insert(format!("{name}_max_s"), seconds(p.max_ms));
-    }
+    insert_waits(scalars, "start_wait", "", &mut start_waits);
+    insert_waits(scalars, "gate_wait", "", &mut metrics.gate_wait_samples()[mark.gate_waits..].to_vec());
     let counts = difference(metrics.counts(), &mark.counts);
     let count = |what: &str| counts.get(what).copied().unwrap_or(0) as f64;
     let order_refusals: BTreeMap<&str, u64> = result
@@ -215,6 +303,20 @@ fn measure(world: &World, mark: &Mark, measured: &[bool], result: &mut RunResult
     scalars.insert("gate_queue_mean".to_owned(), mean(&series.gate_queue));
     scalars.insert("gate_queue_peak".to_owned(), peak(&series.gate_queue));
     scalars.insert("crash_loop_peak".to_owned(), peak(&series.crash_loop));
+}
+
+/// `<name>_{count,mean_s,p50_s,p90_s,p99_s,max_s}` of the waits (ms), each suffixed `:<key>` when a key is given.
+fn insert_waits(scalars: &mut BTreeMap<String, f64>, name: &str, key: &str, samples: &mut [u64]) {
+    let suffix = if key.is_empty() { String::new() } else { format!(":{key}") };
+    let mean = if samples.is_empty() { 0.0 } else { samples.iter().sum::<u64>() as f64 / samples.len() as f64 };
+    let p = percentiles(samples);
+    let seconds = |ms: u64| ms as f64 / 1_000.0;
+    scalars.insert(format!("{name}_count{suffix}"), p.count as f64);
+    scalars.insert(format!("{name}_mean_s{suffix}"), mean / 1_000.0);
+    scalars.insert(format!("{name}_p50_s{suffix}"), seconds(p.p50_ms));
+    scalars.insert(format!("{name}_p90_s{suffix}"), seconds(p.p90_ms));
+    scalars.insert(format!("{name}_p99_s{suffix}"), seconds(p.p99_ms));
+    scalars.insert(format!("{name}_max_s{suffix}"), seconds(p.max_ms));
 }
 
 /// `now - before`, per key (counters only grow).

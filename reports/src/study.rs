@@ -1,13 +1,15 @@
-//! Study files: a base scenario, variants as overrides of it, seeds, the metrics to report, an optional SLO and an
-//! optional compaction search. Overrides are applied to the scenario's YAML tree before it is parsed, so a field
-//! the scenario format gains later can be varied without a change here; a variant's engine rules (DESIGN.md §4)
-//! are a run option, as `gpuclaim sim run --variant` takes them.
+//! Study files: a base scenario (a file, or a trace imported in memory), variants as overrides of it, seeds, the
+//! metrics to report, an optional SLO and an optional compaction search. Overrides are applied to the scenario's
+//! YAML tree before it is parsed, so a field the scenario format gains later can be varied without a change here; a
+//! variant's engine rules (DESIGN.md §4) are a run option, as `gpuclaim sim run --variant` takes them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant as EngineVariant;
+use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb};
+use gpuclaim_sim::import::parse_seconds;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::scenario::{Duration, Scenario, parse_scenario};
 use serde::Deserialize;
@@ -35,8 +37,13 @@ struct StudyFile {
     name: String,
     #[serde(default)]
     description: String,
-    /// The base scenario's file, relative to the study file.
-    scenario: PathBuf,
+    /// The base scenario's file, relative to the study file (or `import`).
+    #[serde(default)]
+    scenario: Option<PathBuf>,
+    /// A trace imported in memory as the base (or `scenario`): traces and imported scenarios are never committed,
+    /// so a study names the trace files instead.
+    #[serde(default)]
+    import: Option<ImportFile>,
     /// Overrides the scenario's duration.
     #[serde(default)]
     duration: Option<Duration>,
@@ -54,6 +61,34 @@ struct StudyFile {
     variants: Vec<VariantFile>,
     #[serde(default)]
     compaction: Option<CompactionFile>,
+}
+
+/// `import: {openb: {...}}`: the importer and its options (docs/import.md).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ImportFile {
+    openb: OpenbFile,
+}
+
+/// `gpuclaim import openb`'s options, paths relative to the study file.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OpenbFile {
+    nodes: PathBuf,
+    pods: PathBuf,
+    #[serde(default)]
+    time_scale: Option<f64>,
+    /// `START..END` or `START..` in trace time (`86400`, `1d`, `36h`).
+    #[serde(default)]
+    window: Option<String>,
+    #[serde(default)]
+    sample: Option<u64>,
+    #[serde(default)]
+    sample_seed: Option<u64>,
+    #[serde(default)]
+    shared_as_whole: bool,
+    #[serde(default)]
+    ignore_deletion: bool,
 }
 
 /// `seeds: 8` (seeds 1 to 8) or `seeds: [3, 7, 11]`.
@@ -106,6 +141,9 @@ struct SloFile {
     max: Duration,
     #[serde(default)]
     across_seeds: AcrossSeeds,
+    /// Only the start waits of the timed VMs ordering one of these classes (default: every VM).
+    #[serde(default)]
+    classes: Vec<String>,
 }
 
 /// A wait an SLO bounds (per run), in the names summary.json uses.
@@ -160,6 +198,38 @@ pub struct Slo {
     pub metric: SloMetric,
     pub max_seconds: f64,
     pub across_seeds: AcrossSeeds,
+    /// Start waits of the timed VMs ordering one of these classes only (empty: every VM's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+}
+
+impl Slo {
+    /// The run scalar it reads: the metric's, or its per-classes form (`start_wait_p90_s:gpu-g3`, see
+    /// [`classes_key`]).
+    pub fn scalar(&self) -> String {
+        if self.classes.is_empty() {
+            self.metric.scalar().to_owned()
+        } else {
+            format!("{}:{}", self.metric.scalar(), classes_key(&self.classes))
+        }
+    }
+
+    /// How a report names it: `start wait p90`, or `start wait p90 of gpu-g3 VMs`.
+    pub fn label(&self) -> String {
+        if self.classes.is_empty() {
+            self.metric.label().to_owned()
+        } else {
+            format!("{} of {} VMs", self.metric.label(), classes_key(&self.classes))
+        }
+    }
+}
+
+/// How the per-classes start-wait scalars name a set of classes: sorted, joined by `+`.
+pub fn classes_key(classes: &[String]) -> String {
+    let mut sorted = classes.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    sorted.join("+")
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,7 +238,8 @@ struct VariantFile {
     name: String,
     #[serde(default)]
     description: String,
-    /// class → node count of the one node group offering it: `8` or `"+4"` / `"-2"`.
+    /// class → node count of the one node group offering it, or label selector (`k=v,k2=v2`) → total node count of
+    /// the groups carrying those labels: `8`, `"+4"`, `"-2"` or `"x0.5"`.
     #[serde(default)]
     nodes: BTreeMap<String, Value>,
     /// tenant → class → units: `48` or `"x2"`.
@@ -199,18 +270,24 @@ enum EngineFile {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CompactionFile {
-    class: String,
+    /// A class offered by one node group, or ...
+    #[serde(default)]
+    class: Option<String>,
+    /// ... a label selector: the groups carrying those labels, their total split as `nodes:` splits it.
+    #[serde(default)]
+    nodes: Option<String>,
     #[serde(default)]
     variant: Option<String>,
     min: u32,
     max: u32,
 }
 
-/// A compaction search: the fewest nodes of `class`'s group, between `min` and `max`, that meet the SLO in
-/// `variant`.
+/// A compaction search: the fewest nodes, between `min` and `max`, that meet the SLO in `variant`: nodes of the one
+/// group offering a class, or in all the groups a label selector picks.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Compaction {
-    pub class: String,
+    /// The node-count key, as a variant's `nodes:` takes it: a class name, or a label selector (it has a `=`).
+    pub target: String,
     pub variant: String,
     pub min: u32,
     pub max: u32,
@@ -260,22 +337,52 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         let field = e.path().to_string();
         invalid(if field == "." { "(study)" } else { &field }, e.into_inner().to_string())
     })?;
-    let scenario_path = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
-    let scenario_text = std::fs::read_to_string(&scenario_path)
-        .map_err(|source| StudyError::Read { path: scenario_path.clone(), source })?;
-    let mut base: Value = serde_yaml_ng::from_str(&scenario_text).map_err(|e| StudyError::Invalid {
-        path: scenario_path.clone(),
-        field: "(scenario)".to_owned(),
-        reason: format!("not valid YAML: {e}"),
-    })?;
+    let study_dir = path.parent().unwrap_or(Path::new("."));
+    // Where the base's own errors point: the scenario file, or the study's `import` field.
+    let (base_path, base_field, mut base) = match (&file.scenario, &file.import) {
+        (Some(_), Some(_)) => {
+            return Err(invalid("import", "the base is a scenario or an import, not both: drop one".to_owned()));
+        }
+        (None, None) => {
+            return Err(invalid(
+                "scenario",
+                "no base: name a scenario file (`scenario:`) or a trace (`import:`)".to_owned(),
+            ));
+        }
+        (Some(scenario), None) => {
+            let scenario_path = study_dir.join(scenario);
+            let scenario_text = std::fs::read_to_string(&scenario_path)
+                .map_err(|source| StudyError::Read { path: scenario_path.clone(), source })?;
+            let base: Value = serde_yaml_ng::from_str(&scenario_text).map_err(|e| StudyError::Invalid {
+                path: scenario_path.clone(),
+                field: "(scenario)".to_owned(),
+                reason: format!("not valid YAML: {e}"),
+            })?;
+            (scenario_path, "(scenario)", base)
+        }
+        (None, Some(import)) => (path.to_owned(), "import", import_base(import, study_dir, &invalid)?),
+    };
     if let Some(duration) = file.duration {
         base["duration"] = Value::String(format!("{}ms", duration.0.0));
     }
     let parsed_base = to_scenario(&base).map_err(|reason| StudyError::Invalid {
-        path: scenario_path.clone(),
-        field: "(scenario)".to_owned(),
+        path: base_path.clone(),
+        field: base_field.to_owned(),
         reason,
     })?;
+    if let Some(slo) = &file.slo
+        && !slo.classes.is_empty()
+    {
+        let start_wait =
+            matches!(slo.metric, SloMetric::StartWaitP50 | SloMetric::StartWaitP90 | SloMetric::StartWaitP99);
+        if !start_wait {
+            return Err(invalid(
+                "slo.classes",
+                "only start waits are measured per class (startWaitP50|P90|P99)".to_owned(),
+            ));
+        }
+        slo_classes_fit(&slo.classes, &parsed_base).map_err(|reason| invalid("slo.classes", reason))?;
+    }
     let duration = parsed_base.duration.0;
     let warmup = file.warmup.map_or(Millis(0), |w| w.0);
     if warmup >= duration {
@@ -310,7 +417,12 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
             return Err(invalid(&format!("{field}.name"), format!("{:?} is used twice", variant.name)));
         }
         let scenario = apply(&base, variant).map_err(|(at, reason)| invalid(&format!("{field}.{at}"), reason))?;
-        to_scenario(&scenario).map_err(|reason| invalid(&field, format!("the scenario it gives: {reason}")))?;
+        let parsed =
+            to_scenario(&scenario).map_err(|reason| invalid(&field, format!("the scenario it gives: {reason}")))?;
+        if let Some(slo) = &file.slo {
+            slo_classes_fit(&slo.classes, &parsed)
+                .map_err(|reason| invalid(&format!("{field} (slo.classes)"), reason))?;
+        }
         let engine = match &variant.engine {
             None => EngineVariant::SHIPPED,
             Some(EngineFile::Options(options)) => {
@@ -333,6 +445,7 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         metric: slo.metric,
         max_seconds: slo.max.0.0 as f64 / 1_000.0,
         across_seeds: slo.across_seeds,
+        classes: slo.classes,
     });
     let compaction = match file.compaction {
         None => None,
@@ -343,13 +456,38 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
             if c.min > c.max {
                 return Err(invalid("compaction", format!("min {} is above max {}", c.min, c.max)));
             }
+            let (key, key_field) = match (c.class, c.nodes) {
+                (Some(class), None) if class.contains('=') => {
+                    return Err(invalid(
+                        "compaction.class",
+                        format!("{class:?} is a label selector: write it as `nodes: {class:?}`"),
+                    ));
+                }
+                (Some(class), None) => (class, "compaction.class"),
+                (None, Some(selector)) if !selector.contains('=') => {
+                    return Err(invalid(
+                        "compaction.nodes",
+                        format!("{selector:?} is not a label selector (k=v,...): a class goes in `class:`"),
+                    ));
+                }
+                (None, Some(selector)) => (selector, "compaction.nodes"),
+                (Some(_), Some(_)) => {
+                    return Err(invalid("compaction", "`class` or `nodes`, not both".to_owned()));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        "compaction",
+                        "what to count: `class: <class>` or `nodes: <label selector>`".to_owned(),
+                    ));
+                }
+            };
             let variant = c.variant.unwrap_or_else(|| variants[0].name.clone());
             let Some(found) = variants.iter().find(|v| v.name == variant) else {
                 return Err(invalid("compaction.variant", format!("no variant named {variant:?}")));
             };
-            set_node_count(&mut found.scenario.clone(), &c.class, &Value::from(c.max))
-                .map_err(|reason| invalid("compaction.class", reason))?;
-            Some(Compaction { class: c.class, variant, min: c.min, max: c.max })
+            set_node_count(&mut found.scenario.clone(), &key, &Value::from(c.max))
+                .map_err(|reason| invalid(key_field, reason))?;
+            Some(Compaction { target: key, variant, min: c.min, max: c.max })
         }
     };
     let mut metrics = file.metrics.unwrap_or_else(|| ALL_METRICS.to_vec());
@@ -369,6 +507,80 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         variants,
         compaction,
     })
+}
+
+/// Imports the study's trace in memory (no file written: imported scenarios are never kept, docs/import.md) and
+/// returns its tree. Paths are relative to the study's directory; a missing file is named with its field.
+fn import_base(
+    import: &ImportFile,
+    study_dir: &Path,
+    invalid: &dyn Fn(&str, String) -> StudyError,
+) -> Result<Value, StudyError> {
+    let openb = &import.openb;
+    let file = |field: &str, relative: &Path| {
+        let full = study_dir.join(relative);
+        if full.is_file() {
+            Ok(full)
+        } else {
+            Err(invalid(field, format!("no file {} (relative to the study file)", full.display())))
+        }
+    };
+    let mut options =
+        OpenbOptions::new(file("import.openb.nodes", &openb.nodes)?, file("import.openb.pods", &openb.pods)?);
+    if let Some(scale) = openb.time_scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(invalid("import.openb.timeScale", format!("{scale} is not a positive number")));
+        }
+        options.time_scale = scale;
+    }
+    if let Some(window) = &openb.window {
+        options.window = parse_window(window).map_err(|reason| invalid("import.openb.window", reason))?;
+    }
+    if let Some(sample) = openb.sample {
+        if sample == 0 {
+            return Err(invalid("import.openb.sample", "keep one task in at least 1".to_owned()));
+        }
+        options.sample = sample;
+    }
+    options.sample_seed = openb.sample_seed;
+    options.shared = if openb.shared_as_whole { SharedGpus::Whole } else { SharedGpus::Vgpu };
+    options.ignore_deletion = openb.ignore_deletion;
+    let imported = import_openb(&options).map_err(|e| invalid("import.openb", e.to_string()))?;
+    serde_yaml_ng::from_str(&imported.to_yaml())
+        .map_err(|e| invalid("import.openb", format!("the imported scenario is not valid YAML: {e}")))
+}
+
+/// `START..END` or `START..` in trace seconds (`86400`, `1d`, `36h`), as `gpuclaim import openb --window` takes it.
+fn parse_window(text: &str) -> Result<(u64, Option<u64>), String> {
+    let (start, end) = text.split_once("..").ok_or_else(|| format!("{text:?}: write START..END or START.."))?;
+    let start = if start.trim().is_empty() { 0 } else { parse_seconds(start)? };
+    let end = if end.trim().is_empty() { None } else { Some(parse_seconds(end)?) };
+    if end.is_some_and(|end| end <= start) {
+        return Err(format!("{text:?}: the end must come after the start"));
+    }
+    Ok((start, end))
+}
+
+/// An SLO over classes reads the start waits of the timed VMs (`vms:`) ordering them: each has a name and a
+/// creation time, so one that never starts counts with its wait so far. Workload arrivals have neither in the
+/// scenario, so a class that workloads order is refused rather than measured on part of its VMs.
+fn slo_classes_fit(classes: &[String], scenario: &Scenario) -> Result<(), String> {
+    for class in classes {
+        if !scenario.cluster.classes.iter().any(|c| &c.name == class) {
+            return Err(format!("the scenario has no class {class:?}"));
+        }
+        let ordered_by = |gpus: &[GpuEntry], held: Option<&ClaimTemplate>| {
+            gpus.iter().any(|g| matches!(g, GpuEntry::ClaimTemplate(t) if &t.class == class))
+                || held.is_some_and(|t| &t.class == class)
+        };
+        if let Some(workload) = scenario.workloads.iter().find(|w| ordered_by(&w.gpus, w.held_claim.as_ref())) {
+            return Err(format!(
+                "workload {:?} orders class {class:?}: per-class start waits count timed VMs (`vms:`) only",
+                workload.prefix
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Parses a scenario tree (JSON is YAML, so the scenario parser reads it as it is written).
@@ -404,8 +616,13 @@ fn apply(base: &Value, variant: &VariantFile) -> Result<Value, (String, String)>
     Ok(scenario)
 }
 
-/// Sets the node count of the one node group offering `class` (absolute, or `"+n"` / `"-n"`).
-pub fn set_node_count(scenario: &mut Value, class: &str, count: &Value) -> Result<(), String> {
+/// Sets a node count: `key` is a class (the one node group offering it) or a label selector (`k=v[,k=v…]`: the
+/// total over the groups carrying all those labels); `count` is absolute, `"+n"`, `"-n"` or `"x<factor>"`.
+pub fn set_node_count(scenario: &mut Value, key: &str, count: &Value) -> Result<(), String> {
+    if key.contains('=') {
+        return set_selected_count(scenario, key, count);
+    }
+    let class = key;
     let resource = scenario["cluster"]["classes"]
         .as_array()
         .into_iter()
@@ -424,26 +641,99 @@ pub fn set_node_count(scenario: &mut Value, class: &str, count: &Value) -> Resul
         many => {
             let prefixes: Vec<&str> = many.iter().filter_map(|&i| groups[i]["prefix"].as_str()).collect();
             return Err(format!(
-                "{} node groups have {resource} ({}): set their counts with `set`",
+                "{} node groups have {resource} ({}): select them by label (`\"<label>=<value>\": n`) or set their \
+                 counts with `set`",
                 many.len(),
                 prefixes.join(", ")
             ));
         }
     };
-    let now = groups[index]["count"].as_i64().unwrap_or(0);
+    let now = groups[index]["count"].as_u64().unwrap_or(0);
+    groups[index]["count"] = Value::from(new_count(now, count)?);
+    Ok(())
+}
+
+/// `now` nodes changed by `count`: a whole number, `"+n"`, `"-n"` or `"x<factor>"` (rounded to the nearest node).
+fn new_count(now: u64, count: &Value) -> Result<u64, String> {
     let new = match count {
         Value::Number(n) => n.as_i64().ok_or("a whole number of nodes")?,
         Value::String(s) if s.starts_with('+') || s.starts_with('-') => {
             let delta: i64 = s.parse().map_err(|_| format!("{s:?} is not +n or -n"))?;
-            now + delta
+            now as i64 + delta
         }
-        other => return Err(format!("{other} is not a node count, \"+n\" or \"-n\"")),
+        Value::String(s) if s.starts_with('x') => {
+            let factor: f64 = s[1..].parse().map_err(|_| format!("{s:?} is not x<factor>"))?;
+            if !(factor.is_finite() && factor >= 0.0) {
+                return Err(format!("{s:?}: the factor must be a finite number ≥ 0"));
+            }
+            (now as f64 * factor).round() as i64
+        }
+        other => return Err(format!("{other} is not a node count, \"+n\", \"-n\" or \"x<factor>\"")),
     };
-    if new < 0 {
-        return Err(format!("{now} nodes {count} is below zero"));
+    u64::try_from(new).map_err(|_| format!("{now} nodes {count} is below zero"))
+}
+
+/// A label selector, `k=v[,k=v…]`: every pair must match (as a class's `nodeSelector`).
+pub fn parse_selector(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for part in text.split(',').map(str::trim) {
+        let Some((key, value)) = part.split_once('=') else {
+            return Err(format!("{text:?} is not a label selector: {part:?} is not <label>=<value>"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key.is_empty() {
+            return Err(format!("{text:?} is not a label selector: {part:?} has no label name"));
+        }
+        if labels.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(format!("{text:?} is not a label selector: label {key:?} is named twice"));
+        }
     }
-    groups[index]["count"] = Value::from(new);
+    Ok(labels)
+}
+
+/// Sets the total node count of the groups the selector picks, split in proportion to their counts now.
+fn set_selected_count(scenario: &mut Value, selector: &str, count: &Value) -> Result<(), String> {
+    let labels = parse_selector(selector)?;
+    let groups = scenario["cluster"]["nodes"].as_array_mut().ok_or("the scenario has no node groups")?;
+    let matching: Vec<usize> = (0..groups.len())
+        .filter(|&i| labels.iter().all(|(k, v)| groups[i]["labels"][k.as_str()].as_str() == Some(v.as_str())))
+        .collect();
+    if matching.is_empty() {
+        return Err(format!("no node group has the labels {selector:?}"));
+    }
+    let counts: Vec<u64> = matching.iter().map(|&i| groups[i]["count"].as_u64().unwrap_or(0)).collect();
+    let total = new_count(counts.iter().sum(), count)?;
+    for (&i, n) in matching.iter().zip(split_proportionally(total, &counts)) {
+        groups[i]["count"] = Value::from(n);
+    }
     Ok(())
+}
+
+/// Splits `total` over parts in proportion to `weights` (all equal when they are all 0) by largest remainder: each
+/// part gets the floor of its share, then the parts with the largest remainders get one more, ties to the earlier
+/// part. Deterministic, and the parts add up to `total`; a part may get 0.
+pub fn split_proportionally(total: u64, weights: &[u64]) -> Vec<u64> {
+    let even = vec![1; weights.len()];
+    let weights = if weights.iter().all(|w| *w == 0) { &even[..] } else { weights };
+    let sum: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+    if sum == 0 {
+        return Vec::new();
+    }
+    let shares: Vec<(u64, u128)> = weights
+        .iter()
+        .map(|w| {
+            let exact = u128::from(total) * u128::from(*w);
+            ((exact / sum) as u64, exact % sum)
+        })
+        .collect();
+    let mut parts: Vec<u64> = shares.iter().map(|(floor, _)| *floor).collect();
+    let left = total - parts.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by(|a, b| shares[*b].1.cmp(&shares[*a].1).then(a.cmp(b)));
+    for &i in order.iter().take(left as usize) {
+        parts[i] += 1;
+    }
+    parts
 }
 
 fn set_budget(scenario: &mut Value, tenant: &str, class: &str, units: &Value) -> Result<(), String> {
@@ -524,6 +814,29 @@ mod tests {
         .unwrap();
         let Some(EngineFile::Options(map)) = options.engine else { panic!("options") };
         assert_eq!(map.len(), 2);
+    }
+
+    #[test]
+    fn totals_split_by_largest_remainder_ties_to_the_earlier_part() {
+        assert_eq!(split_proportionally(5, &[6, 3, 1]), [3, 2, 0]);
+        assert_eq!(split_proportionally(2, &[6, 3, 1]), [1, 1, 0]);
+        assert_eq!(split_proportionally(39, &[32, 5, 2]), [32, 5, 2]);
+        assert_eq!(split_proportionally(3, &[32, 5, 2]), [3, 0, 0]);
+        assert_eq!(split_proportionally(0, &[32, 5, 2]), [0, 0, 0]);
+        // From nothing, evenly.
+        assert_eq!(split_proportionally(5, &[0, 0, 0]), [2, 2, 1]);
+        assert_eq!(split_proportionally(u64::MAX, &[u64::MAX, 1]).iter().sum::<u64>(), u64::MAX);
+    }
+
+    #[test]
+    fn selectors_are_label_equalities() {
+        let labels = parse_selector("nvidia.com/gpu.product=G3, mode=pt").unwrap();
+        assert_eq!(labels.len(), 2);
+        assert_eq!(labels["nvidia.com/gpu.product"], "G3");
+        assert!(parse_selector("a=1,,b=2").unwrap_err().contains("\"\" is not <label>=<value>"));
+        assert_eq!(new_count(10, &Value::from("x0.25")).unwrap(), 3);
+        assert_eq!(new_count(10, &Value::from("+2")).unwrap(), 12);
+        assert!(new_count(1, &Value::from("-2")).unwrap_err().contains("below zero"));
     }
 
     #[test]
