@@ -1,7 +1,7 @@
 //! The placement index: free units per class and node, kept in step as claims, pods, nodes and classes change,
 //! so placing a pod reads an ordered range instead of scanning every node.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::objects::{Class, Node, Published};
 use crate::scheduling::{matches_node_selector, untolerated_taint};
@@ -23,8 +23,8 @@ pub struct NodeLoad {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ClassIndex {
     by_free: BTreeSet<(u64, String)>,
-    /// node → (free, allocatable) as indexed.
-    entries: BTreeMap<String, (u64, u64)>,
+    /// node → (free, allocatable) as indexed; looked up by node only (the order is `by_free`'s).
+    entries: HashMap<String, (u64, u64), super::Fixed>,
     allocatable_units: u64,
     free_units: u64,
     /// allocatable units per node → how many nodes have that many: the largest set the class could ever hold.
@@ -33,7 +33,8 @@ struct ClassIndex {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Capacity {
-    loads: BTreeMap<String, NodeLoad>,
+    /// Looked up by node only: hashed (see `model::Nested`).
+    loads: HashMap<String, NodeLoad, super::Fixed>,
     classes: BTreeMap<String, ClassIndex>,
     /// resource name → the classes that publish it (two classes may share one resource on different nodes).
     resources: BTreeMap<String, BTreeSet<String>>,

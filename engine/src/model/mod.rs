@@ -9,7 +9,7 @@ mod capacity;
 mod objects;
 mod tenant;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use capacity::{Capacity, NodeLoad};
 pub use objects::*;
@@ -28,20 +28,21 @@ pub struct View {
     nodes: BTreeMap<String, Node>,
     /// namespace → name → pod; only pods the controller watches (those with the claims label) and pods that take
     /// devices or CPU on nodes need to be here.
-    pods: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// Hashed (see [`Nested`]): looked up on every event, listed rarely (a drain, a resync), sorted then.
+    pods: Nested<Pod>,
     /// (created, namespace, name) of launcher and volume-binder pods holding the placement gate: the queue the
     /// reconciler serves first come, first served.
     gated: BTreeSet<(Time, String, String)>,
-    vmis: BTreeMap<String, BTreeMap<String, Vmi>>,
-    usages: BTreeMap<String, BTreeMap<String, Usage>>,
+    vmis: Nested<Vmi>,
+    usages: Nested<Usage>,
     /// Nodes that are NotReady, deleted, or named by a claim but never seen: where an unattached claim needs
     /// another node.
     unavailable: BTreeSet<String>,
     /// namespace → VMI → the claims attached to that run or ordered for it (template claims' owner). Keyed in two
     /// levels (here and below) so a lookup borrows its key instead of building an owned tuple.
     claims_by_run: Nested<BTreeSet<String>>,
-    /// node → (namespace, claim) of the claims bound there.
-    claims_by_node: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// node → (namespace, claim) of the claims bound there (looked up by node only: hashed, see [`Nested`]).
+    claims_by_node: HashMap<String, BTreeSet<(String, String)>, Fixed>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(String, String)>,
     /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
@@ -100,8 +101,9 @@ impl View {
         self.pods.get(namespace)?.get(name)
     }
 
+    /// Every pod, by namespace then name.
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values().flat_map(BTreeMap::values)
+        sorted(&self.pods, |pod| (&pod.namespace, &pod.name))
     }
 
     /// Gated launcher and volume-binder pods, oldest first.
@@ -113,16 +115,18 @@ impl View {
         self.vmis.get(namespace)?.get(name)
     }
 
+    /// Every VMI, by namespace then name.
     pub fn vmis(&self) -> impl Iterator<Item = &Vmi> {
-        self.vmis.values().flat_map(BTreeMap::values)
+        sorted(&self.vmis, |vmi| (&vmi.namespace, &vmi.name))
     }
 
     pub fn usage(&self, namespace: &str, name: &str) -> Option<&Usage> {
         self.usages.get(namespace)?.get(name)
     }
 
+    /// Every usage record, by namespace then name.
     pub fn usages(&self) -> impl Iterator<Item = &Usage> {
-        self.usages.values().flat_map(BTreeMap::values)
+        sorted(&self.usages, |usage| (&usage.namespace, &usage.name))
     }
 
     /// The claims attached to, or ordered for, run `vmi`.
@@ -678,7 +682,7 @@ impl PodIndexed {
     }
 }
 
-fn edit_set<K: Ord, V: Ord>(map: &mut BTreeMap<K, BTreeSet<V>>, key: K, value: V, adding: bool) {
+fn edit_set<V: Ord>(map: &mut HashMap<String, BTreeSet<V>, Fixed>, key: String, value: V, adding: bool) {
     if adding {
         map.entry(key).or_default().insert(value);
     } else if let Some(set) = map.get_mut(&key) {
@@ -689,8 +693,19 @@ fn edit_set<K: Ord, V: Ord>(map: &mut BTreeMap<K, BTreeSet<V>>, key: K, value: V
     }
 }
 
-/// Two levels of string keys (namespace, then name), so lookups borrow both.
-type Nested<V> = BTreeMap<String, BTreeMap<String, V>>;
+/// Two levels of string keys (namespace, then name), so lookups borrow both. Hashed, not ordered: these indexes are
+/// only ever looked up by key (what they hold, sets of names, stays ordered), and a hash lookup compares one key
+/// where a B-tree search compares a dozen that share long prefixes (`virt-launcher-...`). The hasher's seed is
+/// fixed, so nothing about them depends on the process.
+type Nested<V> = HashMap<String, HashMap<String, V, Fixed>, Fixed>;
+type Fixed = foldhash::fast::FixedState;
+
+/// Every value of a [`Nested`] map, in the order of `key`: what an ordered map would have listed.
+fn sorted<'a, V, K: Ord + 'a>(map: &'a Nested<V>, key: impl Fn(&'a V) -> K) -> std::vec::IntoIter<&'a V> {
+    let mut all: Vec<&V> = map.values().flat_map(HashMap::values).collect();
+    all.sort_unstable_by_key(|value| key(value));
+    all.into_iter()
+}
 
 fn nested<'a, V>(map: &'a Nested<V>, first: &str, second: &str) -> Option<&'a V> {
     map.get(first)?.get(second)
@@ -698,7 +713,14 @@ fn nested<'a, V>(map: &'a Nested<V>, first: &str, second: &str) -> Option<&'a V>
 
 /// The value at (`first`, `second`), created empty if missing; keys are copied only then.
 fn nested_entry<'a, V: Default>(map: &'a mut Nested<V>, first: &str, second: &str) -> &'a mut V {
-    entry_of(entry_of(map, first), second)
+    hashed_entry_of(hashed_entry_of(map, first), second)
+}
+
+fn hashed_entry_of<'a, V: Default>(map: &'a mut HashMap<String, V, Fixed>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
 }
 
 /// The value at `key`, created empty if missing; the key is copied only then.
