@@ -8,7 +8,7 @@
 //! watch lag, a pass, a refused write's retry): usage records agreeing with attachments, and liveness (no pod left
 //! at the gate while its whole set fits). Liveness is sampled every quarter of the reaction time.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
@@ -92,6 +92,9 @@ pub const REACTION_TIME_DEFAULT: Millis = Millis::seconds(60);
 
 type Key = (String, String);
 
+/// The ledgers that are only looked up by key are hashed with a fixed seed: nothing reads their order.
+type Ledger<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// What the checks remember of a pod.
 #[derive(Clone, Debug, Default)]
 struct SeenPod {
@@ -120,18 +123,18 @@ struct SeenClaim {
 pub struct Invariants {
     reaction: Millis,
     variant: Variant,
-    pods: BTreeMap<Key, SeenPod>,
+    pods: Ledger<Key, SeenPod>,
     /// node → resource → units the bound, live pods there request.
-    pod_devices: BTreeMap<String, BTreeMap<String, u64>>,
-    claims: BTreeMap<Key, SeenClaim>,
+    pod_devices: Ledger<String, BTreeMap<String, u64>>,
+    claims: Ledger<Key, SeenClaim>,
     /// (node, resource) → units of the claims bound there.
-    claim_units: BTreeMap<Key, u64>,
+    claim_units: Ledger<Key, u64>,
     /// (namespace, class) → units bound.
-    bound: BTreeMap<Key, u64>,
+    bound: Ledger<Key, u64>,
     /// (namespace, held claim) → uids of the VMIs whose live, ungated pods list it.
-    holders: BTreeMap<Key, BTreeSet<String>>,
+    holders: Ledger<Key, BTreeSet<String>>,
     /// usage record → its claim (to find the claim when the record is gone).
-    usage_claims: BTreeMap<Key, String>,
+    usage_claims: Ledger<Key, String>,
     /// Claims whose usage records disagree with their attachment, since when.
     mismatched: BTreeMap<Key, Millis>,
     /// Gated pods whose set fits on some node, since when (continuously at every sample).
@@ -145,13 +148,13 @@ impl Invariants {
         let mut invariants = Invariants {
             reaction,
             variant,
-            pods: BTreeMap::new(),
-            pod_devices: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            claim_units: BTreeMap::new(),
-            bound: BTreeMap::new(),
-            holders: BTreeMap::new(),
-            usage_claims: BTreeMap::new(),
+            pods: Ledger::default(),
+            pod_devices: Ledger::default(),
+            claims: Ledger::default(),
+            claim_units: Ledger::default(),
+            bound: Ledger::default(),
+            holders: Ledger::default(),
+            usage_claims: Ledger::default(),
             mismatched: BTreeMap::new(),
             fitting: BTreeMap::new(),
             next_sample: Millis::ZERO,
@@ -322,7 +325,6 @@ impl Invariants {
                 }
             }
         }
-        let pod_name = format!("Pod {}/{}", key.0, key.1);
         let mut fresh = None;
         if let Some(node) = &new.booked_on {
             if old.booked_on.as_ref() != Some(node) {
@@ -339,7 +341,7 @@ impl Invariants {
                 let Some(node) = pod.required_terms.as_deref().and_then(is_pinned_to) else {
                     return Err(violation(
                         Invariant::UngatedWithoutPin,
-                        format!("{pod_name} left the gate without a pin to one node"),
+                        format!("Pod {}/{} left the gate without a pin to one node", key.0, key.1),
                     ));
                 };
                 self.whole_set_on(store, pod, node)?;
@@ -502,13 +504,13 @@ fn usage_detail(store: &View, (namespace, name): &Key) -> String {
     }
 }
 
-fn add(ledger: &mut BTreeMap<Key, u64>, key: Key, units: u64) -> u64 {
+fn add(ledger: &mut Ledger<Key, u64>, key: Key, units: u64) -> u64 {
     let entry = ledger.entry(key).or_insert(0);
     *entry += units;
     *entry
 }
 
-fn subtract(ledger: &mut BTreeMap<Key, u64>, key: Key, units: u64) {
+fn subtract(ledger: &mut Ledger<Key, u64>, key: Key, units: u64) {
     if let Some(entry) = ledger.get_mut(&key) {
         *entry = entry.saturating_sub(units);
     }
