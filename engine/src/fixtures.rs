@@ -256,7 +256,7 @@ pub fn gated_launcher(
     pod.resource_version = "1".to_owned();
     pod.created = created;
     pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
-    pod.tolerations.push(gpu_toleration(resource_name));
+    std::sync::Arc::make_mut(&mut pod.tolerations).push(gpu_toleration(resource_name));
     pod
 }
 

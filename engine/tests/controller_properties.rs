@@ -120,13 +120,13 @@ fn world(dice: &mut Dice) -> View {
             u64::from(units),
             at(i64::from(dice.roll(100))),
         );
-        pod.tolerations.push(fixtures::gpu_toleration("nvidia.com/A10-12Q"));
+        std::sync::Arc::make_mut(&mut pod.tolerations).push(fixtures::gpu_toleration("nvidia.com/A10-12Q"));
         view.upsert_pod(pod);
     }
     for p in 0..dice.roll(3) {
         let Some(((node, resource), units)) = free.iter_mut().find(|(_, units)| **units > 0) else { break };
         let mut pod = gated_launcher("t1", &format!("raw-{p}"), "[]", resource, 1, at(0));
-        pod.labels.remove(keys::LABEL_CLAIMS);
+        std::sync::Arc::make_mut(&mut pod.labels).remove(keys::LABEL_CLAIMS);
         pod.scheduling_gates.clear();
         pod.owner_vmi = None;
         pod.node_name = Some(node.clone());
@@ -221,7 +221,7 @@ fn check_invariants(before: &View, view: &View) -> Result<(), TestCaseError> {
                 .is_some_and(|v| !v.phase.is_final())
     };
     for pod in view.pods().filter(|p| is_claims_pod(p)).filter(live) {
-        let pinned = pod.required_terms.as_deref().and_then(is_pinned_to);
+        let pinned = pod.required_terms().and_then(is_pinned_to);
         if holds_placement_gate(pod) {
             prop_assert!(pinned.is_none(), "{} is pinned but gated", pod.name);
         } else {
@@ -275,7 +275,7 @@ fn refilled(view: &View) -> View {
 fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
     for mut pod in pods {
-        let pinned = pod.required_terms.as_deref().and_then(is_pinned_to).map(str::to_owned);
+        let pinned = pod.required_terms().and_then(is_pinned_to).map(str::to_owned);
         if let Some(node) = pinned.filter(|_| dice.chance(70)) {
             pod.node_name = Some(node.clone());
             pod.phase = PodPhase::Running;

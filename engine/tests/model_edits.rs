@@ -71,7 +71,7 @@ fn apply_pod_edit(pod: &mut gpuclaim_engine::model::Pod, edit: &PodEdit) {
         }
         PodEdit::Bind(n) => pod.node_name = n.map(node),
         PodEdit::Ungate => pod.scheduling_gates.retain(|g| g != keys::GATE_PLACEMENT),
-        PodEdit::Pin(n) => pod.required_terms = Some(pin_terms(pod.required_terms.as_deref(), &node(*n))),
+        PodEdit::Pin(n) => pod.required_terms = Some(pin_terms(pod.required_terms(), &node(*n)).into()),
         PodEdit::Requests(units) => {
             pod.devices.insert(H100.to_owned(), *units);
         }

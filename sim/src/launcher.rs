@@ -4,6 +4,7 @@
 //! memory, KubeVirt's device plugins and one unit per GPU entry.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{Pod, PodPhase, Time, Vmi};
@@ -43,8 +44,8 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
         uid: format!("uid-{name}"),
         resource_version: String::new(),
         created,
-        labels,
-        annotations,
+        labels: labels.into(),
+        annotations: annotations.into(),
         scheduling_gates: Vec::new(),
         tolerations: ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]
             .iter()
@@ -55,16 +56,17 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
                 toleration_seconds: Some(300),
                 value: None,
             })
-            .collect(),
-        node_selector: BTreeMap::from([(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned())]),
-        required_terms: Some(vec![NodeSelectorTerm {
+            .collect::<Vec<_>>()
+            .into(),
+        node_selector: BTreeMap::from([(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned())]).into(),
+        required_terms: Some(Arc::new(vec![NodeSelectorTerm {
             match_expressions: Some(vec![NodeSelectorRequirement {
                 key: OBSOLETE_HOST_MODEL.to_owned(),
                 operator: "DoesNotExist".to_owned(),
                 values: None,
             }]),
             match_fields: None,
-        }]),
+        }])),
         pod_affinity: None,
         pod_anti_affinity: None,
         node_name: None,

@@ -295,13 +295,13 @@ mod tests {
         busy.devices.insert(H100.to_owned(), 1);
         assert_eq!(filter(&pod, &node, &busy, None), Err(Misfit::Insufficient { resource: H100 }));
         let mut untolerated = pod.clone();
-        untolerated.tolerations.clear();
+        untolerated.tolerations = Default::default();
         assert_eq!(
             filter(&untolerated, &node, &idle, None).unwrap_err().to_string(),
             format!("node(s) had untolerated taint {{{H100}: }}")
         );
         let mut elsewhere = pod.clone();
-        elsewhere.node_selector.insert("zone".into(), "b".into());
+        std::sync::Arc::make_mut(&mut elsewhere.node_selector).insert("zone".into(), "b".into());
         assert_eq!(filter(&elsewhere, &node, &idle, None), Err(Misfit::Selector));
         let mut cordoned = node.clone();
         cordoned.unschedulable = true;

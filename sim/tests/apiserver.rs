@@ -164,7 +164,7 @@ fn with_no_ready_webhook_replica_selected_creates_fail_closed() {
     // A pod the webhooks do not select is created all the same.
     let mut plain = pod.clone();
     plain.name = "plain".into();
-    plain.labels.remove(keys::LABEL_CLAIMS);
+    std::sync::Arc::make_mut(&mut plain.labels).remove(keys::LABEL_CLAIMS);
     plain.scheduling_gates.clear();
     api.create_pod(plain).unwrap();
     api.admission.ready_replicas = 1;
@@ -190,7 +190,7 @@ fn the_controller_may_not_add_a_second_node_affinity_term_while_a_pod_is_gated()
     let mut api = server();
     let pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
     let stored = api.create_pod(pod.clone()).unwrap().clone();
-    let mut terms = stored.required_terms.clone().unwrap_or_default();
+    let mut terms = stored.required_terms().map(<[_]>::to_vec).unwrap_or_default();
     terms.push(terms.first().cloned().unwrap_or_default());
     terms.push(Default::default());
     let pin = Action::PinAndUngate {

@@ -38,7 +38,7 @@ fn a_leader_crash_hands_over_after_the_lease_expires_and_nothing_is_bound_twice(
     for pod in
         world.store().pods().filter(|p| gpuclaim_engine::model::is_claims_pod(p) && p.scheduling_gates.is_empty())
     {
-        let pin = pod.required_terms.as_deref().and_then(gpuclaim_engine::scheduling::is_pinned_to);
+        let pin = pod.required_terms().and_then(gpuclaim_engine::scheduling::is_pinned_to);
         assert_eq!(pin, claims[0].node.as_deref(), "ungated only with its pin, to its claim's node");
     }
     // The crashed replica came back (10 s restart, 2 s sync) as a standby.

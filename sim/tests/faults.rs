@@ -114,7 +114,7 @@ fn with_every_fault_on_the_run_is_the_same_for_the_same_seed_and_keeps_its_invar
         world.run(Millis::seconds(24 * 3_600), 2_000_000).unwrap();
         no_node_overbooked(world.store());
         for pod in world.store().pods().filter(|p| p.scheduling_gates.is_empty() && p.node_name.is_some()) {
-            let pinned = pod.required_terms.as_deref().and_then(gpuclaim_engine::scheduling::is_pinned_to);
+            let pinned = pod.required_terms().and_then(gpuclaim_engine::scheduling::is_pinned_to);
             if gpuclaim_engine::model::is_claims_pod(pod) {
                 assert_eq!(pinned, pod.node_name.as_deref(), "a claims pod runs where it was pinned");
             }

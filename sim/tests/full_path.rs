@@ -46,7 +46,7 @@ fn a_vm_with_a_claim_template_runs_on_the_node_its_claim_is_bound_to() {
     let pod = store.vmi_pods("tenant-a", "trainer").next().expect("the launcher");
     assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Running, Some("gpu-2")));
     assert!(pod.scheduling_gates.is_empty());
-    let terms = pod.required_terms.as_deref().unwrap();
+    let terms = pod.required_terms().unwrap();
     assert_eq!(terms.len(), 1, "KubeVirt's one term, with the pin appended");
     assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "node-labeller.kubevirt.io/obsolete-host-model");
     assert_eq!(is_pinned_to(terms), Some("gpu-2"));

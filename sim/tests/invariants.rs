@@ -36,14 +36,17 @@ fn broken(result: Result<(), Violation>) -> (Invariant, String) {
 
 fn pinned(mut pod: Pod, node: &str) -> Pod {
     pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
-    pod.required_terms = Some(vec![NodeSelectorTerm {
-        match_fields: Some(vec![NodeSelectorRequirement {
-            key: "metadata.name".to_owned(),
-            operator: "In".to_owned(),
-            values: Some(vec![node.to_owned()]),
-        }]),
-        ..NodeSelectorTerm::default()
-    }]);
+    pod.required_terms = Some(
+        vec![NodeSelectorTerm {
+            match_fields: Some(vec![NodeSelectorRequirement {
+                key: "metadata.name".to_owned(),
+                operator: "In".to_owned(),
+                values: Some(vec![node.to_owned()]),
+            }]),
+            ..NodeSelectorTerm::default()
+        }]
+        .into(),
+    );
     pod
 }
 

@@ -100,7 +100,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
             pod_at(view, key, precondition)?;
             view.edit_pod(&key.namespace, &key.name, |pod| {
                 pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
-                pod.required_terms = Some(terms.clone());
+                pod.required_terms = Some(std::sync::Arc::new(terms.clone()));
                 pod.resource_version = bump(&pod.resource_version);
             });
         }
@@ -116,7 +116,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 return Err(conflict("Pod", key, "not found"));
             }
             view.edit_pod(&key.namespace, &key.name, |pod| {
-                pod.required_terms = Some(terms.clone());
+                pod.required_terms = Some(std::sync::Arc::new(terms.clone()));
                 pod.resource_version = bump(&pod.resource_version);
             });
         }

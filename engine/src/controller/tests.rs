@@ -45,7 +45,7 @@ fn a_gated_launcher_with_a_template_claim_is_placed_pinned_and_ungated_in_one_pa
     );
     let pod = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
     assert!(pod.scheduling_gates.is_empty());
-    assert_eq!(crate::scheduling::is_pinned_to(pod.required_terms.as_deref().unwrap()), Some("gpu-2"));
+    assert_eq!(crate::scheduling::is_pinned_to(pod.required_terms().unwrap()), Some("gpu-2"));
     assert_eq!(view.open_usages().count(), 1);
     assert_eq!(view.class("h100").unwrap().published.largest_free_on_node, 8);
     assert_eq!(view.class("h100").unwrap().published.free_units, 9);
@@ -201,7 +201,7 @@ fn cpu_and_taints_are_checked_like_the_scheduler() {
     view.upsert_node(small);
     view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
     let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":4}]"#, H100, 4, at(1));
-    pod.tolerations.clear(); // without the class toleration, no GPU node takes it
+    std::sync::Arc::make_mut(&mut pod.tolerations).clear(); // without the class toleration, no GPU node takes it
     view.upsert_pod(pod.clone());
     let passes = settle(&mut view, at(2));
     let waiting = pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap();
@@ -211,7 +211,7 @@ fn cpu_and_taints_are_checked_like_the_scheduler() {
         _ => None,
     });
     assert!(event.unwrap().contains(&format!("taint {H100}:NoSchedule is not tolerated")));
-    pod.tolerations.push(fixtures::gpu_toleration(H100));
+    std::sync::Arc::make_mut(&mut pod.tolerations).push(fixtures::gpu_toleration(H100));
     pod.resource_version = view.pod("tenant-a", &pod.name).unwrap().resource_version.clone();
     view.upsert_pod(pod);
     settle(&mut view, at(3));
@@ -300,7 +300,8 @@ fn claims_follow_a_completed_migration() {
     // The migration target ran on gpu-2 (not gated: KubeVirt deletes targets that stay pending).
     let mut target = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap().clone();
     target.name = "virt-launcher-vm-1-target".into();
-    target.labels.insert(crate::keys::kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration".into());
+    std::sync::Arc::make_mut(&mut target.labels)
+        .insert(crate::keys::kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration".into());
     target.node_name = Some("gpu-2".into());
     target.required_terms = None;
     view.upsert_pod(target);
@@ -344,7 +345,7 @@ fn an_unattached_claim_on_a_lost_node_is_rebound() {
 fn devices_of_pods_outside_claims_are_taken() {
     let mut view = world();
     let mut raw = fixtures::gated_launcher("tenant-a", "raw", "[]", H100, 3, at(0));
-    raw.labels.remove(crate::keys::LABEL_CLAIMS);
+    std::sync::Arc::make_mut(&mut raw.labels).remove(crate::keys::LABEL_CLAIMS);
     raw.scheduling_gates.clear();
     raw.node_name = Some("gpu-1".into());
     raw.phase = crate::model::PodPhase::Running;
@@ -394,8 +395,9 @@ fn the_volume_binder_and_the_launcher_of_one_run_share_one_set() {
     let attachments = r#"[{"template":0,"class":"h100","count":3}]"#;
     let mut binder = gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(1));
     binder.name = "virt-launcher-vm-1-binder".into();
-    binder.labels.remove(crate::keys::kubevirt::LABEL_APP);
-    binder.annotations.insert(crate::keys::kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
+    std::sync::Arc::make_mut(&mut binder.labels).remove(crate::keys::kubevirt::LABEL_APP);
+    std::sync::Arc::make_mut(&mut binder.annotations)
+        .insert(crate::keys::kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
     view.upsert_pod(binder);
     view.upsert_pod(gated_launcher("tenant-a", "vm-1", attachments, H100, 3, at(2)));
     let passes = settle(&mut view, at(3));

@@ -178,19 +178,19 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         uid: pod.uid().unwrap_or_default(),
         resource_version: pod.resource_version().unwrap_or_default(),
         created: time_of(pod.metadata.creation_timestamp.as_ref()),
-        labels: pod.labels().clone(),
-        annotations: pod.annotations().clone(),
+        labels: pod.labels().clone().into(),
+        annotations: pod.annotations().clone().into(),
         scheduling_gates: spec
             .and_then(|s| s.scheduling_gates.as_ref())
             .map(|gates| gates.iter().map(|g| g.name.clone()).collect())
             .unwrap_or_default(),
-        tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
-        node_selector: spec.and_then(|s| s.node_selector.clone()).unwrap_or_default(),
+        tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default().into(),
+        node_selector: spec.and_then(|s| s.node_selector.clone()).unwrap_or_default().into(),
         required_terms: spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|selector| selector.node_selector_terms.clone()),
+            .map(|selector| selector.node_selector_terms.clone().into()),
         pod_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_affinity.clone()),
         pod_anti_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.clone()),
         node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),

@@ -780,7 +780,7 @@ pub fn occupied_node(pod: &Pod) -> Option<&str> {
         return None;
     }
     pod.node_name.as_deref().or_else(|| {
-        let terms = pod.required_terms.as_deref().filter(|_| pod.scheduling_gates.is_empty())?;
+        let terms = pod.required_terms().filter(|_| pod.scheduling_gates.is_empty())?;
         is_pinned_to(terms)
     })
 }

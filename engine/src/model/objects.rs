@@ -1,6 +1,7 @@
 //! The compact objects: exactly the fields the rules and the reconciler read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
@@ -107,13 +108,16 @@ pub struct Pod {
     pub uid: String,
     pub resource_version: String,
     pub created: Time,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    // The maps a pod is created with and rarely changes are shared (`Arc`, copied on write with `Arc::make_mut`):
+    // a pod is copied for every watch event and every write-through of the controller's cache, and copying these
+    // maps was most of that cost.
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub annotations: Arc<BTreeMap<String, String>>,
     pub scheduling_gates: Vec<String>,
-    pub tolerations: Vec<Toleration>,
-    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Arc<Vec<Toleration>>,
+    pub node_selector: Arc<BTreeMap<String, String>>,
     /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`; `None` when unset.
-    pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub required_terms: Option<Arc<Vec<NodeSelectorTerm>>>,
     /// `affinity.podAffinity` and `affinity.podAntiAffinity` (a migration target keeps off its source's node so).
     pub pod_affinity: Option<PodAffinity>,
     pub pod_anti_affinity: Option<PodAntiAffinity>,
@@ -127,6 +131,13 @@ pub struct Pod {
     pub owner_vmi: Option<VmiRef>,
     /// The placement condition the controller last wrote: why the pod waits.
     pub waiting: Option<Reason>,
+}
+
+impl Pod {
+    /// The required node-affinity terms, if set.
+    pub fn required_terms(&self) -> Option<&[NodeSelectorTerm]> {
+        self.required_terms.as_deref().map(Vec::as_slice)
+    }
 }
 
 /// A VMI's phase, as KubeVirt reports it.

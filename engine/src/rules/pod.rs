@@ -30,7 +30,7 @@ impl PodPatch {
         if self.add_gate {
             pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
         }
-        pod.tolerations.extend(self.add_tolerations.iter().cloned());
+        std::sync::Arc::make_mut(&mut pod.tolerations).extend(self.add_tolerations.iter().cloned());
     }
 }
 
@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn a_toleration_the_pod_already_has_is_not_added_again() {
         let mut pod = launcher();
-        pod.tolerations.push(gpu_toleration(H100));
+        std::sync::Arc::make_mut(&mut pod.tolerations).push(gpu_toleration(H100));
         pod.scheduling_gates.push("example.com/other".into());
         let patch = mutate_pod(&platform(), &pod).unwrap();
         assert!(patch.add_gate);
@@ -190,8 +190,9 @@ mod tests {
     #[test]
     fn the_volume_binding_pod_is_gated_like_the_launcher() {
         let mut pod = launcher();
-        pod.labels.remove(kubevirt::LABEL_APP);
-        pod.annotations.insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
+        std::sync::Arc::make_mut(&mut pod.labels).remove(kubevirt::LABEL_APP);
+        std::sync::Arc::make_mut(&mut pod.annotations)
+            .insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.into(), "true".into());
         assert_eq!(pod_role(&pod), PodRole::VolumeBinder);
         assert!(mutate_pod(&platform(), &pod).unwrap().add_gate);
     }
@@ -199,7 +200,8 @@ mod tests {
     #[test]
     fn migration_targets_are_left_ungated() {
         let mut pod = launcher();
-        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
+        std::sync::Arc::make_mut(&mut pod.labels)
+            .insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
         assert_eq!(pod_role(&pod), PodRole::MigrationTarget);
         assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
     }
@@ -207,7 +209,8 @@ mod tests {
     #[test]
     fn the_gate_migration_targets_variant_gates_targets_like_launchers() {
         let mut pod = launcher();
-        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
+        std::sync::Arc::make_mut(&mut pod.labels)
+            .insert(kubevirt::LABEL_MIGRATION_JOB_UID.into(), "uid-migration-1".into());
         let variant = Variant::named("gate-migration-targets").unwrap();
         let patch = mutate_pod_with(&platform(), &pod, &variant).unwrap();
         assert!(patch.add_gate);
@@ -224,10 +227,10 @@ mod tests {
     #[test]
     fn pods_without_the_claims_label_or_of_another_role_are_left_alone() {
         let mut pod = launcher();
-        pod.labels.remove(keys::LABEL_CLAIMS);
+        std::sync::Arc::make_mut(&mut pod.labels).remove(keys::LABEL_CLAIMS);
         assert_eq!(mutate_pod(&platform(), &pod), Ok(PodPatch::default()));
         let mut hotplug = launcher();
-        hotplug.labels.insert(kubevirt::LABEL_APP.into(), "hotplug-disk".into());
+        std::sync::Arc::make_mut(&mut hotplug.labels).insert(kubevirt::LABEL_APP.into(), "hotplug-disk".into());
         assert_eq!(pod_role(&hotplug), PodRole::NotOurs);
         assert_eq!(mutate_pod(&platform(), &hotplug), Ok(PodPatch::default()));
     }
@@ -244,7 +247,7 @@ mod tests {
     #[test]
     fn a_claims_pod_without_attachments_is_refused() {
         let mut pod = launcher();
-        pod.annotations.remove(keys::ANNOTATION_ATTACHMENTS);
+        std::sync::Arc::make_mut(&mut pod.annotations).remove(keys::ANNOTATION_ATTACHMENTS);
         let refusal = mutate_pod(&platform(), &pod).unwrap_err();
         assert_eq!(refusal, PodRefusal::MissingAttachments);
         assert_eq!(
@@ -252,7 +255,7 @@ mod tests {
             "the pod carries label gpu.cozystack.io/claims but no annotation gpu.cozystack.io/attachments: its VMI \
              was not admitted by the GPU claims webhook"
         );
-        pod.annotations.insert(keys::ANNOTATION_ATTACHMENTS.into(), "{".into());
+        std::sync::Arc::make_mut(&mut pod.annotations).insert(keys::ANNOTATION_ATTACHMENTS.into(), "{".into());
         let refusal = mutate_pod(&platform(), &pod).unwrap_err();
         assert_eq!(refusal.reason(), "MalformedAttachments");
         assert_eq!(refusal.code(), 422);

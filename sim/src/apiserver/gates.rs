@@ -56,7 +56,7 @@ pub fn validate_pod_update(old: &Pod, new: &Pod) -> Result<(), Invalid> {
     let gated = !old.scheduling_gates.is_empty();
     if gated {
         only_added_selector_keys(old, new)?;
-        only_added_requirements(old.required_terms.as_deref(), new.required_terms.as_deref())?;
+        only_added_requirements(old.required_terms(), new.required_terms())?;
     } else if old.node_selector != new.node_selector || old.required_terms != new.required_terms {
         return Err(invalid("spec", FORBIDDEN_UPDATE));
     }

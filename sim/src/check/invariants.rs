@@ -338,7 +338,7 @@ impl Invariants {
             let ungated_now = old.gated && !new.gated && !pod.phase.is_terminal();
             let bound_now = new.booked_on.is_some() && old.booked_on.is_none();
             if ungated_now {
-                let Some(node) = pod.required_terms.as_deref().and_then(is_pinned_to) else {
+                let Some(node) = pod.required_terms().and_then(is_pinned_to) else {
                     return Err(violation(
                         Invariant::UngatedWithoutPin,
                         format!("Pod {}/{} left the gate without a pin to one node", key.0, key.1),

@@ -4,6 +4,7 @@
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
 use gpuclaim_engine::rules::{VmRender, render_vm};
+use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
@@ -118,7 +119,8 @@ impl World {
         // node the volume binds to.
         let binder = vm.spec.wffc_volume && vm.volume_node.is_none();
         if binder {
-            pod.annotations.insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
+            Arc::make_mut(&mut pod.annotations)
+                .insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
         }
         let object = format!("Pod {namespace}/{name}");
         let item = format!("{namespace}/{vmi_name}");

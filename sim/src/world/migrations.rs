@@ -15,6 +15,7 @@
 //! eviction strategy.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use gpuclaim_engine::keys::kubevirt;
 use gpuclaim_engine::model::{GpuMode, PodPhase, View, Vmi, VmiPhase};
@@ -149,7 +150,7 @@ impl World {
         let Some(vm) = self.vms.get(&(migration.namespace.clone(), migration.vmi.clone())) else { return Ok(()) };
         let name = format!("virt-launcher-{}-{:05}", migration.vmi, self.kernel.handled() % 100_000);
         let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
-        pod.labels.insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
+        Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
         let object = format!("Pod {}/{name}", migration.namespace);
         match self.api.create_pod(pod) {

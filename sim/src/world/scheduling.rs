@@ -39,7 +39,7 @@ impl World {
             }
             avoided.contains(node).then_some(Misfit::AntiAffinity)
         };
-        let verdict = match pod.required_terms.as_deref().and_then(is_pinned_to) {
+        let verdict = match pod.required_terms().and_then(is_pinned_to) {
             // Pinned by the GPU controller: only that node can pass node affinity.
             Some(pinned) => {
                 let node = store.node(pinned).map(|n| (n, self.requested.get(pinned).unwrap_or(&empty)));
