@@ -46,6 +46,24 @@ pub struct Drawn {
 
 type DrawResult = Result<(), Box<dyn Error>>;
 
+/// Every chart's legend: one font, a light box, where the chart leaves room.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(160, 160, 160))
+        .position(position)
+        .draw()?;
+    Ok(())
+}
+
 /// Draws `chart` as SVG and as PNG.
 pub fn draw(chart: &Chart) -> Result<Drawn, String> {
     register_font();
@@ -158,13 +176,7 @@ where
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -216,13 +228,7 @@ where
         });
         chart.draw_series(bars)?.label(label).legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     Ok(())
 }
 
@@ -268,12 +274,6 @@ where
         )?
         .label("seeds: median, min–max")
         .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
