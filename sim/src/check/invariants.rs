@@ -9,6 +9,7 @@
 //! at the gate while its whole set fits). Liveness is sampled every quarter of the reaction time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
@@ -96,7 +97,7 @@ type Key = (String, String);
 type Ledger<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// What the checks remember of a pod.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct SeenPod {
     /// Bound and not finished: the node its devices are booked on.
     booked_on: Option<String>,
@@ -107,6 +108,9 @@ struct SeenPod {
     /// Live and ungated with a gated role: it holds its held claims (uid of its VMI).
     holds: Option<String>,
     held: Vec<String>,
+    /// The annotations `held` was read from: a pod written again with the same (shared) annotations holds the
+    /// same claims, so the attachments are not parsed again.
+    held_from: Option<Arc<BTreeMap<String, String>>>,
 }
 
 /// What the checks remember of a claim.
@@ -195,8 +199,10 @@ impl Invariants {
         Ok(())
     }
 
-    fn touched(&mut self, store: &View, touched: Vec<ObjectKey>, now: Millis) -> Result<(), Violation> {
-        let touched: BTreeSet<ObjectKey> = touched.into_iter().collect();
+    fn touched(&mut self, store: &View, mut touched: Vec<ObjectKey>, now: Millis) -> Result<(), Violation> {
+        // In key order, each once (an event touches a handful of objects: sorted in place, not through a set).
+        touched.sort_unstable();
+        touched.dedup();
         let mut usage_checks: BTreeSet<Key> = BTreeSet::new();
         let mut grown = Vec::new();
         for object in &touched {
@@ -246,6 +252,14 @@ impl Invariants {
     /// be judged once every change of the event is in: a release and a bind in one pass are one step).
     fn claim(&mut self, store: &View, object: &ObjectKey) -> Option<Key> {
         let key = (object.namespace.clone(), object.name.clone());
+        // Most claim writes change neither its node nor its units (a condition, a finalizer): nothing to move.
+        if let (Some(claim), Some(old)) = (store.claim(&object.namespace, &object.name), self.claims.get(&key)) {
+            let resource = store.class(&claim.class).map_or("", |class| class.resource_name.as_str());
+            if old.node == claim.node && old.resource == resource && old.class == claim.class && old.units == u64::from(claim.count)
+            {
+                return None;
+            }
+        }
         let old = self.claims.remove(&key);
         let new = store.claim(&object.namespace, &object.name).map(|claim| SeenClaim {
             node: claim.node.clone(),
@@ -311,7 +325,12 @@ impl Invariants {
         let key = (object.namespace.clone(), object.name.clone());
         let old = self.pods.remove(&key).unwrap_or_default();
         let pod = store.pod(&object.namespace, &object.name);
-        let new = pod.map(|pod| self.seen(pod)).unwrap_or_default();
+        let new = pod.map(|pod| self.seen(pod, &old)).unwrap_or_default();
+        // A write that changed nothing the checks follow (a condition, a phase before binding): nothing to move.
+        if pod.is_some() && new == old {
+            self.pods.insert(key, new);
+            return Ok(None);
+        }
         if let Some(node) = &old.booked_on {
             for (resource, units) in &old.devices {
                 let booked = self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0);
@@ -390,16 +409,22 @@ impl Invariants {
         Ok(())
     }
 
-    fn seen(&self, pod: &Pod) -> SeenPod {
+    fn seen(&self, pod: &Pod, old: &SeenPod) -> SeenPod {
         let live = !pod.phase.is_terminal();
         let role = pod_role(pod);
         let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
         // Only a pod that holds its claims needs them read (the annotation is JSON: most pod changes skip it).
-        let held: Vec<String> = match holds {
-            Some(_) => attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect(),
-            None => Vec::new(),
+        let (held, held_from) = match holds {
+            Some(_) if old.held_from.as_ref().is_some_and(|from| Arc::ptr_eq(from, &pod.annotations)) => {
+                (old.held.clone(), old.held_from.clone())
+            }
+            Some(_) => (
+                attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect(),
+                Some(Arc::clone(&pod.annotations)),
+            ),
+            None => (Vec::new(), None),
         };
         let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
@@ -409,6 +434,7 @@ impl Invariants {
             gated: gated_role && gated,
             holds,
             held,
+            held_from,
         }
     }
 
