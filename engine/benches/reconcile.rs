@@ -62,7 +62,7 @@ fn raw_pod(name: &str, node: &str, resource: &str, units: u64) -> Pod {
         phase: PodPhase::Running,
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
-        devices: BTreeMap::from([(resource.to_owned(), units)]),
+        devices: std::sync::Arc::new(BTreeMap::from([(resource.to_owned(), units)])),
         ..Pod::default()
     }
 }

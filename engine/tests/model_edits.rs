@@ -73,7 +73,7 @@ fn apply_pod_edit(pod: &mut gpuclaim_engine::model::Pod, edit: &PodEdit) {
         PodEdit::Ungate => pod.scheduling_gates.retain(|g| g != keys::GATE_PLACEMENT),
         PodEdit::Pin(n) => pod.required_terms = Some(pin_terms(pod.required_terms(), &node(*n)).into()),
         PodEdit::Requests(units) => {
-            pod.devices.insert(H100.to_owned(), *units);
+            std::sync::Arc::make_mut(&mut pod.devices).insert(H100.to_owned(), *units);
         }
     }
 }

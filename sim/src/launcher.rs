@@ -18,7 +18,7 @@ pub const OBSOLETE_HOST_MODEL: &str = "node-labeller.kubevirt.io/obsolete-host-m
 
 /// The launcher pod of `vmi` named `name`, requesting `cpu_millis` and `memory_bytes`.
 pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64, created: Time) -> Pod {
-    let mut labels = vmi.labels.clone();
+    let mut labels = (*vmi.labels).clone();
     labels.insert(kubevirt::LABEL_APP.to_owned(), kubevirt::LAUNCHER.to_owned());
     labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.clone());
     labels.insert("vm.kubevirt.io/name".to_owned(), vmi.name.clone());
@@ -73,7 +73,7 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
         phase: PodPhase::Pending,
         cpu_millis,
         memory_bytes,
-        devices,
+        devices: Arc::new(devices),
         owner_vmi: Some(vmi.reference()),
         waiting: None,
     }

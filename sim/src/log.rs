@@ -12,15 +12,32 @@ use sha2::{Digest, Sha256};
 use crate::kernel::Millis;
 
 /// One transition.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Serialize)]
 pub struct Record<'a> {
     pub t_ms: Millis,
     pub actor: &'a str,
-    pub object: &'a str,
+    /// Written as it formats (`Kind namespace/name`): most objects are named from their parts at every record, and
+    /// formatting them straight into the line allocates nothing.
+    #[serde(serialize_with = "displayed")]
+    pub object: &'a dyn std::fmt::Display,
     pub what: &'a str,
     /// Ordered key/value pairs (a Vec, not a map, so their order is the writer's and stable).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<(&'a str, String)>,
+}
+
+fn displayed<S: serde::Serializer>(value: &&dyn std::fmt::Display, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+/// An object's name as the log writes it, `Kind namespace/name`, formatted only into the line.
+#[derive(Clone, Copy, Debug)]
+pub struct Named<'a>(pub &'static str, pub &'a str, pub &'a str);
+
+impl std::fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.0, self.1, self.2)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +123,7 @@ mod tests {
         Record {
             t_ms: Millis(t),
             actor: "scheduler",
-            object: "Pod tenant-a/virt-launcher-vm-1-abcde",
+            object: &"Pod tenant-a/virt-launcher-vm-1-abcde",
             what,
             fields: vec![("node", "gpu-1".to_owned())],
         }

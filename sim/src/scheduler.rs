@@ -32,7 +32,7 @@ impl Requested {
     pub fn add(&mut self, pod: &Pod) {
         self.cpu_millis += pod.cpu_millis;
         self.memory_bytes += pod.memory_bytes;
-        for (resource, units) in &pod.devices {
+        for (resource, units) in pod.devices.iter() {
             *self.devices.entry(resource.clone()).or_insert(0) += units;
         }
     }
@@ -40,7 +40,7 @@ impl Requested {
     pub fn remove(&mut self, pod: &Pod) {
         self.cpu_millis = self.cpu_millis.checked_sub(pod.cpu_millis).expect("a pod is uncounted once");
         self.memory_bytes = self.memory_bytes.checked_sub(pod.memory_bytes).expect("a pod is uncounted once");
-        for (resource, units) in &pod.devices {
+        for (resource, units) in pod.devices.iter() {
             let total = self.devices.get_mut(resource).expect("a pod is uncounted once");
             *total = total.checked_sub(*units).expect("a pod is uncounted once");
             if *total == 0 {
@@ -114,7 +114,7 @@ pub fn filter<'a>(
     if requested.memory_bytes + pod.memory_bytes > node.memory_bytes {
         return Err(Misfit::Insufficient { resource: "memory" });
     }
-    for (resource, units) in &pod.devices {
+    for (resource, units) in pod.devices.iter() {
         let used = requested.devices.get(resource).copied().unwrap_or(0);
         if used + units > node.devices.get(resource).copied().unwrap_or(0) {
             return Err(Misfit::Insufficient { resource });

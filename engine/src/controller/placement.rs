@@ -270,7 +270,7 @@ impl<'v> Pass<'v> {
             return Err("Insufficient memory".into());
         }
         // Devices outside GPU classes (KubeVirt's kvm, tun, vhost-net) are plentiful; only their presence is checked.
-        for (resource, units) in &pod.devices {
+        for (resource, units) in pod.devices.iter() {
             let class_resource = self.view.capacity().classes_of(resource).next().is_some();
             if !class_resource && node.devices.get(resource).copied().unwrap_or(0) < *units {
                 return Err(format!("Insufficient {resource}"));

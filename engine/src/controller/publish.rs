@@ -32,7 +32,7 @@ impl Pass<'_> {
                     }
                 }
                 if let Some(node) = node {
-                    for (resource, units) in &pod.devices {
+                    for (resource, units) in pod.devices.iter() {
                         let covered = self.covered_after(&namespace, &vmi, &node, resource);
                         let counted = units.saturating_sub(covered);
                         *wanted.entry((resource.clone(), node.clone())).or_insert(0) -= counted as i64;

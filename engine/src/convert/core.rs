@@ -1,6 +1,7 @@
 //! Core Kubernetes kinds (Namespace, ResourceQuota, ConfigMap, Node, Pod) into the compact model.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Node as KubeNode, Pod as KubePod, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -197,7 +198,7 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         phase: pod_phase(status.and_then(|s| s.phase.as_deref())),
         cpu_millis: requests.cpu_millis,
         memory_bytes: requests.memory_bytes,
-        devices: requests.devices,
+        devices: Arc::new(requests.devices),
         owner_vmi: controller_owner(&pod.metadata, keys::kubevirt::KIND_VMI),
         waiting: false_condition(conditions, keys::CONDITION_PLACEMENT),
     })

@@ -1,6 +1,8 @@
 //! KubeVirt's VirtualMachineInstance into the compact model (only the fields we read; KubeVirt's types are not
 //! ours to vendor).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -70,8 +72,8 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
         name: meta.name.or(meta.generate_name).unwrap_or_default(),
         uid: meta.uid.unwrap_or_default(),
         resource_version: meta.resource_version.unwrap_or_default(),
-        labels: meta.labels.unwrap_or_default(),
-        annotations: meta.annotations.unwrap_or_default(),
+        labels: Arc::new(meta.labels.unwrap_or_default()),
+        annotations: Arc::new(meta.annotations.unwrap_or_default()),
         gpus: wire
             .spec
             .domain

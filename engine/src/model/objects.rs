@@ -126,7 +126,8 @@ pub struct Pod {
     /// Requests the scheduler counts: containers summed, the largest init container, overhead.
     pub cpu_millis: u64,
     pub memory_bytes: u64,
-    pub devices: BTreeMap<String, u64>,
+    /// Shared like the maps above: set when the pod is created, never changed after.
+    pub devices: Arc<BTreeMap<String, u64>>,
     /// The VMI that controls the pod (launcher, volume binder, migration target).
     pub owner_vmi: Option<VmiRef>,
     /// The placement condition the controller last wrote: why the pod waits.
@@ -174,8 +175,9 @@ pub struct Vmi {
     pub name: String,
     pub uid: String,
     pub resource_version: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    // Shared and copied on write, as a pod's: a VMI is copied for every watch event and most of a copy was these.
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub annotations: Arc<BTreeMap<String, String>>,
     pub gpus: Vec<GpuDevice>,
     pub phase: VmiPhase,
     /// `status.nodeName`: where the VMI runs (the target's node once a migration completes).

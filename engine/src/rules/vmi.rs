@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use crate::keys;
 use crate::model::{GpuDevice, View, Vmi};
@@ -31,7 +32,7 @@ impl VmiPatch {
     /// Applies the patch to the compact VMI (the twin's path; the live path applies the JSON patch).
     pub fn apply(&self, vmi: &mut Vmi) {
         if let Some(value) = &self.attachments {
-            vmi.annotations.insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value.clone());
+            Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value.clone());
         }
         if let Some(gpus) = &self.gpus {
             vmi.gpus = gpus.clone();
@@ -429,7 +430,7 @@ mod tests {
     #[test]
     fn a_vmi_without_the_claims_label_is_left_alone() {
         let mut v = vmi(r#"[{"claim":"nope"}]"#);
-        v.labels.remove(keys::LABEL_CLAIMS);
+        Arc::make_mut(&mut v.labels).remove(keys::LABEL_CLAIMS);
         assert_eq!(admit_vmi(&platform(), &v), Ok(VmiPatch::default()));
     }
 
@@ -444,7 +445,8 @@ mod tests {
     #[test]
     fn a_forged_attachments_annotation_is_overwritten() {
         let mut v = vmi(r#"[{"claim":"train-a"}]"#);
-        v.annotations.insert(keys::ANNOTATION_ATTACHMENTS.into(), r#"[{"claim":"x","class":"h100","count":9}]"#.into());
+        Arc::make_mut(&mut v.annotations)
+            .insert(keys::ANNOTATION_ATTACHMENTS.into(), r#"[{"claim":"x","class":"h100","count":9}]"#.into());
         let patch = admit_vmi(&platform(), &v).unwrap();
         assert!(patch.attachments.unwrap().contains("train-a"));
     }
@@ -568,7 +570,7 @@ mod tests {
         assert_eq!(got.reason(), "MalformedReferences");
         assert_eq!(got.code(), 422);
         let mut v = vmi("[]");
-        v.annotations.remove(keys::ANNOTATION_CLAIMS);
+        Arc::make_mut(&mut v.annotations).remove(keys::ANNOTATION_CLAIMS);
         let got = admit_vmi(&platform(), &v).unwrap_err();
         assert_eq!(
             got.to_string(),

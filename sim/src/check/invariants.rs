@@ -101,7 +101,8 @@ type Ledger<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 struct SeenPod {
     /// Bound and not finished: the node its devices are booked on.
     booked_on: Option<String>,
-    devices: BTreeMap<String, u64>,
+    /// The pod's requests (shared with it); counted only while it is booked.
+    devices: Arc<BTreeMap<String, u64>>,
     /// A role the gate holds (under the run's variant).
     gated_role: bool,
     gated: bool,
@@ -255,7 +256,10 @@ impl Invariants {
         // Most claim writes change neither its node nor its units (a condition, a finalizer): nothing to move.
         if let (Some(claim), Some(old)) = (store.claim(&object.namespace, &object.name), self.claims.get(&key)) {
             let resource = store.class(&claim.class).map_or("", |class| class.resource_name.as_str());
-            if old.node == claim.node && old.resource == resource && old.class == claim.class && old.units == u64::from(claim.count)
+            if old.node == claim.node
+                && old.resource == resource
+                && old.class == claim.class
+                && old.units == u64::from(claim.count)
             {
                 return None;
             }
@@ -332,7 +336,7 @@ impl Invariants {
             return Ok(None);
         }
         if let Some(node) = &old.booked_on {
-            for (resource, units) in &old.devices {
+            for (resource, units) in old.devices.iter() {
                 let booked = self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0);
                 *booked = booked.saturating_sub(*units);
             }
@@ -349,7 +353,7 @@ impl Invariants {
             if old.booked_on.as_ref() != Some(node) {
                 fresh = Some((key.clone(), node.clone()));
             }
-            for (resource, units) in &new.devices {
+            for (resource, units) in new.devices.iter() {
                 *self.pod_devices.entry(node.clone()).or_default().entry(resource.clone()).or_insert(0) += units;
             }
         }
@@ -428,7 +432,7 @@ impl Invariants {
         };
         let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
-            devices: if booked_on.is_some() { pod.devices.clone() } else { BTreeMap::new() },
+            devices: Arc::clone(&pod.devices),
             booked_on,
             gated_role,
             gated: gated_role && gated,

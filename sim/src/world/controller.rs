@@ -1,6 +1,7 @@
 //! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
 //! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
 
+use crate::log::Named;
 use gpuclaim_engine::controller::{Action, ObjectRef};
 
 use crate::apiserver::{ApiError, Kind};
@@ -101,40 +102,45 @@ impl World {
                     .claim(&claim.namespace, &claim.name)
                     .and_then(|c| c.node.clone())
                     .unwrap_or_default();
-                self.record("gpu-controller", &format!("GPUClaim {claim}"), what, vec![("node", node)])
+                self.record("gpu-controller", &format_args!("GPUClaim {claim}"), what, vec![("node", node)])
             }
             Action::PinAndUngate { pod, node, .. } => {
                 if let Some(created) = self.api.store().pod(&pod.namespace, &pod.name).map(|p| p.created) {
                     let waited = (self.time().as_millisecond() - created.as_millisecond()).max(0);
                     self.metrics.ungated(Millis(waited as u64));
                 }
-                self.record("gpu-controller", &format!("Pod {pod}"), "PinnedAndUngated", vec![("node", node.clone())])?;
+                self.record(
+                    "gpu-controller",
+                    &format_args!("Pod {pod}"),
+                    "PinnedAndUngated",
+                    vec![("node", node.clone())],
+                )?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::Ungate { pod, .. } => {
-                self.record("gpu-controller", &format!("Pod {pod}"), "Ungated", vec![])?;
+                self.record("gpu-controller", &format_args!("Pod {pod}"), "Ungated", vec![])?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::Pin { pod, node, .. } => {
-                self.record("gpu-controller", &format!("Pod {pod}"), "Pinned", vec![("node", node.clone())])
+                self.record("gpu-controller", &format_args!("Pod {pod}"), "Pinned", vec![("node", node.clone())])
             }
             Action::SetPodWaiting { pod, waiting, .. } => {
                 self.metrics.count(&format!("{}{}", crate::metrics::WAITING_PREFIX, waiting.reason));
                 let fields = vec![("reason", waiting.reason.clone())];
-                self.record("gpu-controller", &format!("Pod {pod}"), "Waiting", fields)
+                self.record("gpu-controller", &format_args!("Pod {pod}"), "Waiting", fields)
             }
             Action::OpenUsage { usage } => {
-                let object = format!("GPUUsage {}/{}", usage.namespace, usage.name);
+                let object = Named("GPUUsage", &usage.namespace, &usage.name);
                 self.record("gpu-controller", &object, "Opened", vec![("node", usage.node.clone())])
             }
             Action::CloseUsage { usage, .. } => {
-                self.record("gpu-controller", &format!("GPUUsage {usage}"), "Closed", vec![])
+                self.record("gpu-controller", &format_args!("GPUUsage {usage}"), "Closed", vec![])
             }
             Action::PublishClass { class, published, .. } => {
                 let fields = vec![("free", published.free_units.to_string())];
-                self.record("gpu-controller", &format!("GPUClass {class}"), "Published", fields)
+                self.record("gpu-controller", &format_args!("GPUClass {class}"), "Published", fields)
             }
             Action::Event { .. } => Ok(()),
         }

@@ -114,7 +114,7 @@ impl World {
         let ready = self.deployment.ready();
         if ready != self.api.admission.ready_replicas {
             self.api.admission.ready_replicas = ready;
-            self.record("webhook", "Service gpuclaim-webhook", "Endpoints", vec![("ready", ready.to_string())])?;
+            self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", vec![("ready", ready.to_string())])?;
         }
         Ok(())
     }
@@ -128,7 +128,7 @@ impl World {
         }
         let (name, started) = (replica.name.clone(), replica.started);
         self.deployment.replicas[index].state = ReplicaState::Down;
-        self.record("gpu-controller", &format!("Pod {name}"), "Down", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Down", vec![])?;
         if self.deployment.leader == Some(index) {
             // Its last renewal: the latest tick of its retry grid.
             let since = self.now().0.saturating_sub(started.0);
@@ -158,7 +158,7 @@ impl World {
             replica.node = node;
         }
         let name = replica.name.clone();
-        self.record("gpu-controller", &format!("Pod {name}"), "Started", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Started", vec![])?;
         let at = now + self.deployment.spec.cache_sync;
         self.schedule_at(at, Event::ReplicaSynced { index })
     }
@@ -170,7 +170,7 @@ impl World {
         }
         replica.state = ReplicaState::Ready;
         let name = replica.name.clone();
-        self.record("gpu-controller", &format!("Pod {name}"), "Ready", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Ready", vec![])?;
         self.publish_endpoints()?;
         self.schedule_takeovers()
     }
@@ -210,7 +210,7 @@ impl World {
         self.deployment.lease_renewed = self.now();
         self.deployment.elections += 1;
         let name = self.deployment.replicas[index].name.clone();
-        self.record("gpu-controller", "Lease cozy-gpuclaim/gpuclaim", "Acquired", vec![("holder", name)])?;
+        self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", vec![("holder", name)])?;
         let user = self.controller.user.clone();
         self.controller = GpuController::new(self.api.store().clone(), user);
         self.controller.resync();
@@ -231,12 +231,12 @@ impl World {
             let name = self.deployment.replicas[index].name.clone();
             if !all_others_ready {
                 let message = "Cannot evict pod as it would violate the pod's disruption budget.".to_owned();
-                self.refused("operator", &format!("Pod {name}"), "EvictionRefused", "TooManyRequests", message)?;
+                self.refused("operator", &format_args!("Pod {name}"), "EvictionRefused", "TooManyRequests", message)?;
                 let node = node.to_owned();
                 self.schedule_at(self.now() + EVICTION_RETRY, Event::EvictReplicas { node })?;
                 continue;
             }
-            self.record("operator", &format!("Pod {name}"), "Evicted", vec![])?;
+            self.record("operator", &format_args!("Pod {name}"), "Evicted", vec![])?;
             self.replica_down(index, false)?;
             // The Deployment's new pod: scheduled on another schedulable node, started by its kubelet.
             let target = self.replacement_node(node).unwrap_or_default();

@@ -120,7 +120,7 @@ impl World {
         let left = *allocatable;
         self.api.put_node(node);
         let fields = vec![("resource", resource.to_owned()), ("allocatable", left.to_string())];
-        self.record("device-plugin", &format!("Node {name}"), "DeviceUnhealthy", fields)
+        self.record("device-plugin", &format_args!("Node {name}"), "DeviceUnhealthy", fields)
     }
 }
 

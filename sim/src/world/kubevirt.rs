@@ -1,6 +1,7 @@
 //! KubeVirt's actors: the VM controller (render, VMI create with rate-limited retries), the VMI controller
 //! (launcher create, deletion of finished VMIs), virt-handler (Running, stop).
 
+use crate::log::Named;
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
 use gpuclaim_engine::rules::{VmRender, render_vm};
@@ -62,25 +63,30 @@ impl World {
         if let Some(failure) = vm.start_failure.as_ref().filter(|failure| failure.retry_after > self.now()) {
             let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
             let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
-            self.record("vm-controller", &format!("VirtualMachine {namespace}/{name}"), "CrashLoopBackOff", fields)?;
+            self.record(
+                "vm-controller",
+                &format_args!("VirtualMachine {namespace}/{name}"),
+                "CrashLoopBackOff",
+                fields,
+            )?;
             let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
             return self.schedule_at(retry_after, event);
         }
         let vm = &self.vms[&key];
-        let object = format!("VirtualMachine {namespace}/{name}");
+        let object = Named("VirtualMachine", &namespace, &name);
         let mut vmi = Vmi {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             uid: format!("uid-vmi-{name}-{}", self.kernel.handled()),
             ..Vmi::default()
         };
-        vmi.labels.insert("kubevirt.io/domain".to_owned(), name.to_owned());
+        Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_owned());
         match render_vm(&vm.spec.gpus, self.claims_enabled) {
             Ok(VmRender::Nothing) => {}
             Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus,
             Ok(VmRender::References { annotation }) => {
-                vmi.labels.insert(keys::LABEL_CLAIMS.to_owned(), keys::TRUE.to_owned());
-                vmi.annotations.insert(keys::ANNOTATION_CLAIMS.to_owned(), annotation);
+                Arc::make_mut(&mut vmi.labels).insert(keys::LABEL_CLAIMS.to_owned(), keys::TRUE.to_owned());
+                Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_CLAIMS.to_owned(), annotation);
             }
             Err(refusal) => {
                 let reason = gpuclaim_engine::rules::Refusal::reason(&refusal);
@@ -92,7 +98,12 @@ impl World {
             Ok(_) => {
                 self.vm_retries.forget(&item);
                 self.vms.get_mut(&key).expect("read above").vmi_ran = false;
-                self.record("vm-controller", &format!("VirtualMachineInstance {namespace}/{name}"), "Created", vec![])?;
+                self.record(
+                    "vm-controller",
+                    &format_args!("VirtualMachineInstance {namespace}/{name}"),
+                    "Created",
+                    vec![],
+                )?;
                 let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: name.to_owned() };
                 self.schedule_at(self.now(), event)
             }
@@ -122,7 +133,7 @@ impl World {
             Arc::make_mut(&mut pod.annotations)
                 .insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
         }
-        let object = format!("Pod {namespace}/{name}");
+        let object = Named("Pod", &namespace, &name);
         let item = format!("{namespace}/{vmi_name}");
         match self.api.create_pod(pod) {
             Ok(pod) => {
@@ -143,7 +154,7 @@ impl World {
                 self.schedule_at(self.now(), Event::Schedule { namespace: namespace.to_owned(), pod: name })
             }
             Err(error) => {
-                let vmi_object = format!("VirtualMachineInstance {namespace}/{vmi_name}");
+                let vmi_object = Named("VirtualMachineInstance", &namespace, &vmi_name);
                 self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
                 let retry = self.vmi_retries.when(&item, self.now());
                 let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi_name.to_owned() };
@@ -158,10 +169,10 @@ impl World {
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
             vm.volume_node = Some(node.to_owned());
         }
-        self.record("cdi", &format!("DataVolume {namespace}/{vmi}"), "Bound", vec![("node", node.to_owned())])?;
+        self.record("cdi", &format_args!("DataVolume {namespace}/{vmi}"), "Bound", vec![("node", node.to_owned())])?;
         self.scheduler_forget(namespace, pod);
         if self.api.delete_pod(namespace, pod).is_ok() {
-            self.record("vmi-controller", &format!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+            self.record("vmi-controller", &format_args!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
         }
         self.scheduler_cluster_changed()?;
         self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi.to_owned() })
@@ -175,7 +186,7 @@ impl World {
         }
         let node = vmi.node_name.clone().unwrap_or_default();
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
-        let object = format!("VirtualMachineInstance {namespace}/{name}");
+        let object = Named("VirtualMachineInstance", &namespace, &name);
         self.record("virt-handler", &object, "Running", vec![("node", node)])?;
         self.stats.vm_starts += 1;
         let mut units: BTreeMap<String, i64> = BTreeMap::new();
@@ -219,7 +230,7 @@ impl World {
         }
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
         self.run_ended(namespace, name);
-        self.record("virt-handler", &format!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
+        self.record("virt-handler", &format_args!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
         let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in pods {
             self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
@@ -258,7 +269,7 @@ impl World {
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
         {
-            self.record("tenant", &format!("GPUClaim {namespace}/{claim}"), "Deleted", vec![])?;
+            self.record("tenant", &format_args!("GPUClaim {namespace}/{claim}"), "Deleted", vec![])?;
         }
         Ok(())
     }
@@ -272,7 +283,7 @@ impl World {
         if self.api.delete_vmi(namespace, name).is_err() {
             return Ok(());
         }
-        self.record("vmi-controller", &format!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
+        self.record("vmi-controller", &format_args!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
         self.scheduler_cluster_changed()
     }
 
@@ -282,7 +293,7 @@ impl World {
         for pod in pods {
             self.scheduler_forget(namespace, &pod);
             if self.api.delete_pod(namespace, &pod).is_ok() {
-                self.record("operator", &format!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+                self.record("operator", &format_args!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
             }
         }
         self.scheduler_cluster_changed()?;
@@ -303,7 +314,7 @@ impl World {
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
             vm.start_requested = self.kernel.now();
         }
-        let object = format!("VirtualMachineInstance {namespace}/{vmi}");
+        let object = Named("VirtualMachineInstance", &namespace, &vmi);
         self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
         self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.to_owned(), vm: vmi.to_owned() })
     }

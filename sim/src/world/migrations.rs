@@ -14,6 +14,7 @@
 //! passthrough GPU) blocks the drain, as KubeVirt's eviction webhook refuses evicting it under the LiveMigrate
 //! eviction strategy.
 
+use crate::log::Named;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -152,7 +153,7 @@ impl World {
         let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
-        let object = format!("Pod {}/{name}", migration.namespace);
+        let object = Named("Pod", &migration.namespace, &name);
         match self.api.create_pod(pod) {
             Ok(_) => {
                 let now = self.now();
@@ -257,7 +258,12 @@ impl World {
         if phase == Phase::Failed {
             self.metrics.count(crate::metrics::MIGRATION_FAILED);
         }
-        self.record("migration-controller", &format!("Migration {uid}"), what, vec![("message", message.to_owned())])?;
+        self.record(
+            "migration-controller",
+            &format_args!("Migration {uid}"),
+            what,
+            vec![("message", message.to_owned())],
+        )?;
         if evacuation && let Some(drain) = self.drains.get_mut(&source) {
             if phase == Phase::Succeeded {
                 drain.failures = 0;
@@ -297,14 +303,14 @@ impl World {
             .collect();
         if on_node.is_empty() {
             self.drains.remove(node);
-            return self.record("operator", &format!("Node {node}"), "Drained", vec![]);
+            return self.record("operator", &format_args!("Node {node}"), "Drained", vec![]);
         }
         for (namespace, vmi, migratable) in on_node {
             if migratable {
                 self.migrate(&namespace, &vmi, true)?;
             } else if self.drains.get_mut(node).expect("checked above").blocked.insert((namespace.clone(), vmi.clone()))
             {
-                let object = format!("VirtualMachineInstance {namespace}/{vmi}");
+                let object = Named("VirtualMachineInstance", &namespace, &vmi);
                 let message = "cannot evict: the VMI is not live-migratable (evictionStrategy LiveMigrate)".to_owned();
                 self.refused("virt-api", &object, "EvictionBlocked", "NotMigratable", message)?;
             }

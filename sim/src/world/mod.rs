@@ -359,7 +359,13 @@ impl World {
         Time::from_millisecond(self.epoch_ms + self.kernel.now().0 as i64).expect("virtual time stays in range")
     }
 
-    fn record(&mut self, actor: &str, object: &str, what: &str, fields: Vec<(&str, String)>) -> Result<(), WorldError> {
+    fn record(
+        &mut self,
+        actor: &str,
+        object: &dyn std::fmt::Display,
+        what: &str,
+        fields: Vec<(&str, String)>,
+    ) -> Result<(), WorldError> {
         let record = Record { t_ms: self.kernel.now(), actor, object, what, fields };
         Ok(self.log.record(&record)?)
     }
@@ -368,7 +374,7 @@ impl World {
     fn refused(
         &mut self,
         actor: &str,
-        object: &str,
+        object: &dyn std::fmt::Display,
         what: &str,
         reason: &str,
         message: String,
@@ -424,7 +430,7 @@ impl World {
 
     fn set_webhook_replicas(&mut self, replicas: u32) -> Result<(), WorldError> {
         self.api.admission.ready_replicas = replicas;
-        self.record("webhook", "Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
+        self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
     }
 
     /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).

@@ -28,7 +28,7 @@ impl World {
         }
         let since = self.now();
         self.silent_nodes.insert(name.to_owned(), since);
-        self.record("kubelet", &format!("Node {name}"), "HeartbeatLost", vec![])?;
+        self.record("kubelet", &format_args!("Node {name}"), "HeartbeatLost", vec![])?;
         self.replicas_lost_with(name)?;
         let event = Event::NodeNotReady { node: name.to_owned(), since };
         self.schedule_at(since + NODE_MONITOR_GRACE_PERIOD, event)
@@ -45,7 +45,7 @@ impl World {
         node.taints.push(unreachable_taint("NoSchedule"));
         node.taints.push(unreachable_taint("NoExecute"));
         self.api.put_node(node);
-        self.record("node-lifecycle", &format!("Node {name}"), "NotReady", vec![])?;
+        self.record("node-lifecycle", &format_args!("Node {name}"), "NotReady", vec![])?;
         let event = Event::EvictUnreachable { node: name.to_owned(), since };
         self.schedule_at(self.now() + DEFAULT_TOLERATION_SECONDS, event)
     }
@@ -67,7 +67,7 @@ impl World {
         for (namespace, pod, vmi) in evicted {
             self.scheduler_forget(&namespace, &pod);
             if self.api.delete_pod(&namespace, &pod).is_ok() {
-                self.record("taint-manager", &format!("Pod {namespace}/{pod}"), "Evicted", vec![])?;
+                self.record("taint-manager", &format_args!("Pod {namespace}/{pod}"), "Evicted", vec![])?;
             }
             if let Some(vmi) = vmi {
                 vmis.insert((namespace, vmi));
@@ -90,7 +90,7 @@ impl World {
         node.ready = true;
         node.taints.retain(|taint| taint.key != TAINT_UNREACHABLE);
         self.api.put_node(node);
-        self.record("kubelet", &format!("Node {name}"), "Ready", vec![])?;
+        self.record("kubelet", &format_args!("Node {name}"), "Ready", vec![])?;
         self.scheduler_cluster_changed()
     }
 }

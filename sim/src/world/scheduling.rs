@@ -1,6 +1,7 @@
 //! The scheduler and the kubelets: binding pods where they fit (or where the GPU controller pinned them), the
 //! queue of pods that did not fit, pods starting and ending, nodes joining and being cordoned.
 
+use crate::log::Named;
 use std::collections::BTreeSet;
 
 use gpuclaim_engine::keys::kubevirt;
@@ -18,7 +19,7 @@ impl World {
         if pod.node_name.is_some() || pod.phase.is_terminal() || self.scheduling_queue.is_parked(namespace, name) {
             return Ok(());
         }
-        let object = format!("Pod {namespace}/{name}");
+        let object = Named("Pod", &namespace, &name);
         if !pod.scheduling_gates.is_empty() {
             return self.record("scheduler", &object, "SchedulingGated", vec![]);
         }
@@ -132,7 +133,7 @@ impl World {
         let node = pod.node_name.clone().unwrap_or_default();
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
-        self.record("kubelet", &format!("Pod {namespace}/{name}"), "Running", vec![("node", node.clone())])?;
+        self.record("kubelet", &format_args!("Pod {namespace}/{name}"), "Running", vec![("node", node.clone())])?;
         if let Some(uid) = migration_of(self.api.store(), namespace, name) {
             return self.migration_target_running(&uid);
         }
@@ -162,7 +163,7 @@ impl World {
         for node in nodes {
             let name = node.name.clone();
             self.api.put_node(node);
-            self.record("kubelet", &format!("Node {name}"), "Registered", vec![])?;
+            self.record("kubelet", &format_args!("Node {name}"), "Registered", vec![])?;
         }
         self.scheduler_cluster_changed()
     }
@@ -173,7 +174,7 @@ impl World {
         node.unschedulable = cordoned;
         self.api.put_node(node);
         let what = if cordoned { "Cordoned" } else { "Uncordoned" };
-        self.record("operator", &format!("Node {name}"), what, vec![])?;
+        self.record("operator", &format_args!("Node {name}"), what, vec![])?;
         self.scheduler_cluster_changed()
     }
 }
