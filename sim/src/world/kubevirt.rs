@@ -73,7 +73,7 @@ impl World {
             return self.schedule_at(retry_after, event);
         }
         let vm = &self.vms[&key];
-        let object = Named("VirtualMachine", &namespace, &name);
+        let object = Named("VirtualMachine", namespace, name);
         let mut vmi = Vmi {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -133,7 +133,7 @@ impl World {
             Arc::make_mut(&mut pod.annotations)
                 .insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
         }
-        let object = Named("Pod", &namespace, &name);
+        let object = Named("Pod", namespace, &name);
         let item = format!("{namespace}/{vmi_name}");
         match self.api.create_pod(pod) {
             Ok(pod) => {
@@ -154,7 +154,7 @@ impl World {
                 self.schedule_at(self.now(), Event::Schedule { namespace: namespace.to_owned(), pod: name })
             }
             Err(error) => {
-                let vmi_object = Named("VirtualMachineInstance", &namespace, &vmi_name);
+                let vmi_object = Named("VirtualMachineInstance", namespace, vmi_name);
                 self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
                 let retry = self.vmi_retries.when(&item, self.now());
                 let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi_name.to_owned() };
@@ -186,7 +186,7 @@ impl World {
         }
         let node = vmi.node_name.clone().unwrap_or_default();
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
-        let object = Named("VirtualMachineInstance", &namespace, &name);
+        let object = Named("VirtualMachineInstance", namespace, name);
         self.record("virt-handler", &object, "Running", vec![("node", node)])?;
         self.stats.vm_starts += 1;
         let mut units: BTreeMap<String, i64> = BTreeMap::new();
@@ -314,7 +314,7 @@ impl World {
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
             vm.start_requested = self.kernel.now();
         }
-        let object = Named("VirtualMachineInstance", &namespace, &vmi);
+        let object = Named("VirtualMachineInstance", namespace, vmi);
         self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
         self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.to_owned(), vm: vmi.to_owned() })
     }

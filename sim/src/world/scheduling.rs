@@ -19,7 +19,7 @@ impl World {
         if pod.node_name.is_some() || pod.phase.is_terminal() || self.scheduling_queue.is_parked(namespace, name) {
             return Ok(());
         }
-        let object = Named("Pod", &namespace, &name);
+        let object = Named("Pod", namespace, name);
         if !pod.scheduling_gates.is_empty() {
             return self.record("scheduler", &object, "SchedulingGated", vec![]);
         }
