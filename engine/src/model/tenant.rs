@@ -1,6 +1,6 @@
 //! One tenant namespace: entitlement, budgets, claims, and the units they order and hold per class.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::objects::Claim;
 
@@ -9,7 +9,8 @@ pub struct Tenant {
     pub vgpu_entitled: bool,
     /// ResourceQuota name → class → hard units. Each quota is enforced on its own, as the API server does.
     pub(super) quotas: BTreeMap<String, BTreeMap<String, u64>>,
-    pub(super) claims: BTreeMap<String, Claim>,
+    /// Hashed with a fixed seed: looked up on every event, listed only by full passes, which sort what they list.
+    pub(super) claims: HashMap<String, Claim, foldhash::fast::FixedState>,
     /// class → units ordered by every claim of the namespace (held and template, any phase): the order webhook's
     /// "used".
     ordered: BTreeMap<String, u64>,
@@ -22,8 +23,11 @@ impl Tenant {
         self.claims.get(name)
     }
 
-    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
-        self.claims.values()
+    /// The namespace's claims by name.
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> + use<'_> {
+        let mut all: Vec<&Claim> = self.claims.values().collect();
+        all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        all.into_iter()
     }
 
     /// Units of `class` ordered by the namespace's claims.
