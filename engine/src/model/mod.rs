@@ -243,15 +243,15 @@ impl View {
         for run in runs {
             edit_nested_set(&mut self.claims_by_run, namespace, run, name, adding);
         }
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = || (namespace.to_owned(), name.to_owned());
         if let Some(node) = &claim.node {
-            edit_set(&mut self.claims_by_node, node.clone(), key.clone(), adding);
+            edit_set(&mut self.claims_by_node, node, key(), adding);
         }
         if claim.pending_held {
             if adding {
-                self.pending_held.insert(key);
+                self.pending_held.insert(key());
             } else {
-                self.pending_held.remove(&key);
+                self.pending_held.remove(&key());
             }
         }
     }
@@ -429,8 +429,11 @@ impl View {
     fn count_pod_devices(&mut self, namespace: &str, name: &str) {
         let Some(pod) = self.pod(namespace, name) else { return };
         let Some(node) = occupied_node(pod) else { return };
-        let devices: BTreeMap<String, u64> =
-            self.devices_to_count(namespace, pod, node).map(|(resource, units)| (resource.clone(), units)).collect();
+        // One or two resources: inserted one by one (collecting into a B-tree sorts through a buffer first).
+        let mut devices: BTreeMap<String, u64> = BTreeMap::new();
+        for (resource, units) in self.devices_to_count(namespace, pod, node) {
+            devices.insert(resource.clone(), units);
+        }
         if devices.is_empty() {
             return;
         }
@@ -682,13 +685,13 @@ impl PodIndexed {
     }
 }
 
-fn edit_set<V: Ord>(map: &mut HashMap<String, BTreeSet<V>, Fixed>, key: String, value: V, adding: bool) {
+fn edit_set<V: Ord>(map: &mut HashMap<String, BTreeSet<V>, Fixed>, key: &str, value: V, adding: bool) {
     if adding {
-        map.entry(key).or_default().insert(value);
-    } else if let Some(set) = map.get_mut(&key) {
+        hashed_entry_of(map, key).insert(value);
+    } else if let Some(set) = map.get_mut(key) {
         set.remove(&value);
         if set.is_empty() {
-            map.remove(&key);
+            map.remove(key);
         }
     }
 }

@@ -233,8 +233,8 @@ impl Invariants {
         }
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
         let mut booked = Vec::new();
-        for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
-            booked.extend(self.pod(store, object)?);
+        for object in touched.into_iter().filter(|o| o.kind == Kind::Pod) {
+            booked.extend(self.pod(store, (object.namespace, object.name))?);
         }
         for (pod, node) in booked {
             self.judge_pod_devices(store, &pod, &node)?;
@@ -325,10 +325,9 @@ impl Invariants {
 
     /// Takes a pod's new state into the ledgers and judges its gate and its set; returns the pod and its node when it
     /// was bound there in this event (its devices are judged once every change of the event is in).
-    fn pod(&mut self, store: &View, object: &ObjectKey) -> Result<Option<(Key, String)>, Violation> {
-        let key = (object.namespace.clone(), object.name.clone());
+    fn pod(&mut self, store: &View, key: Key) -> Result<Option<(Key, String)>, Violation> {
         let old = self.pods.remove(&key).unwrap_or_default();
-        let pod = store.pod(&object.namespace, &object.name);
+        let pod = store.pod(&key.0, &key.1);
         let new = pod.map(|pod| self.seen(pod, &old)).unwrap_or_default();
         // A write that changed nothing the checks follow (a condition, a phase before binding): nothing to move.
         if pod.is_some() && new == old {
