@@ -14,7 +14,7 @@ mod observe;
 mod scheduling;
 mod workloads;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Node, Time, View};
@@ -210,7 +210,8 @@ pub struct World {
     controller: GpuController,
     /// Whether references may be rendered (the `_cluster` switch).
     pub claims_enabled: bool,
-    vms: BTreeMap<(String, String), VmState>,
+    /// Hashed with a fixed seed: looked up at every VM event; the rare listings sort what they list.
+    vms: HashMap<(String, String), VmState, foldhash::fast::FixedState>,
     /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
     vm_retries: RateLimiter,
     vmi_retries: RateLimiter,
@@ -263,7 +264,7 @@ impl World {
             api,
             controller: GpuController::new(store, user),
             claims_enabled: true,
-            vms: BTreeMap::new(),
+            vms: HashMap::default(),
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
             requested: BTreeMap::new(),

@@ -23,13 +23,15 @@ impl World {
     /// as start waits of at least this much, so a cluster too small to start them cannot look fast.
     pub fn waiting_to_start(&self) -> Vec<u64> {
         let now = self.now();
-        self.vms
+        let mut waiting: Vec<_> = self
+            .vms
             .iter()
             .filter(|(_, vm)| !vm.halted)
             .filter(|((namespace, name), _)| {
                 self.api.store().vmi(namespace, name).is_none_or(|vmi| vmi.phase != VmiPhase::Running)
             })
-            .map(|(_, vm)| now.0.saturating_sub(vm.start_requested.0))
-            .collect()
+            .collect();
+        waiting.sort_unstable_by_key(|(key, _)| *key);
+        waiting.into_iter().map(|(_, vm)| now.0.saturating_sub(vm.start_requested.0)).collect()
     }
 }
