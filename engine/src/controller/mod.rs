@@ -83,6 +83,9 @@ fn key_of(claim: &Claim) -> ClaimKey<'_> {
     (claim.namespace.as_str(), claim.name.as_str())
 }
 
+/// Units of a VMI's claims on (node, resource) that a pass attached (+) or detached (−).
+type Attached = (String, String, i64);
+
 /// A template claim this pass creates.
 struct NewClaim {
     class: String,
@@ -107,8 +110,9 @@ struct Pass<'v> {
     units: BTreeMap<(String, String), i64>,
     /// (namespace, class) → bound units this pass adds (+) or releases (−).
     bound: BTreeMap<(String, String), i64>,
-    /// (namespace, VMI, node, resource) → units of claims attached to the VMI there, added or removed this pass.
-    attached: BTreeMap<(String, String, String, String), i64>,
+    /// (namespace, VMI) → (node, resource, units) of claims attached to the VMI there, added or removed this pass.
+    /// A VMI's entries are one or two, so they are a list looked up by borrowed names, not a map keyed by copies.
+    attached: BTreeMap<(String, String), Vec<Attached>>,
     /// node → CPU millis and memory bytes of the pods this pass pins there.
     pinned: BTreeMap<String, (u64, u64)>,
     /// (namespace, pod) → the node this pass pins it to.
@@ -198,8 +202,11 @@ impl<'v> Pass<'v> {
         let Some(resource) = self.view.class(class).map(|c| c.resource_name.clone()) else { return };
         *self.units.entry((resource.clone(), node.clone())).or_insert(0) -= delta;
         if let Some(vmi) = &status.attached_to {
-            let key = (namespace.to_owned(), vmi.name.clone(), node.clone(), resource);
-            *self.attached.entry(key).or_insert(0) += delta;
+            let entries = self.attached.entry((namespace.to_owned(), vmi.name.clone())).or_default();
+            match entries.iter_mut().find(|(n, r, _)| n == node && *r == resource) {
+                Some((_, _, units)) => *units += delta,
+                None => entries.push((node.clone(), resource, delta)),
+            }
         }
     }
 

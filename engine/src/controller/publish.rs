@@ -12,28 +12,29 @@ impl Pass<'_> {
     /// starts counting until it exits). Brings the unit overlay in step; safe to call again.
     pub(super) fn settle_pods(&mut self) {
         let view = self.view;
-        let vmis: BTreeSet<(String, String)> = self
+        let vmis: Vec<(String, String)> = self
             .attached
             .iter()
-            .filter(|(_, d)| **d != 0)
-            .map(|((ns, vmi, _, _), _)| (ns.clone(), vmi.clone()))
+            .filter(|(_, entries)| entries.iter().any(|(_, _, units)| *units != 0))
+            .map(|(key, _)| key.clone())
             .collect();
-        for (namespace, vmi) in vmis {
-            for pod in view.vmi_pods(&namespace, &vmi) {
+        for key in vmis {
+            let (namespace, vmi) = (&key.0, &key.1);
+            for pod in view.vmi_pods(namespace, vmi) {
                 let node = self
                     .pinned_pods
                     .get(&(namespace.clone(), pod.name.clone()))
                     .cloned()
                     .or_else(|| occupied_node(pod).map(str::to_owned));
                 let mut wanted: BTreeMap<(String, String), i64> = BTreeMap::new();
-                if let Some((old_node, devices)) = view.counted_devices(&namespace, &pod.name) {
+                if let Some((old_node, devices)) = view.counted_devices(namespace, &pod.name) {
                     for (resource, units) in devices {
                         *wanted.entry((resource.clone(), old_node.to_owned())).or_insert(0) += *units as i64;
                     }
                 }
                 if let Some(node) = node {
                     for (resource, units) in pod.devices.iter() {
-                        let covered = self.covered_after(&namespace, &vmi, &node, resource);
+                        let covered = self.covered_after(&key, &node, resource);
                         let counted = units.saturating_sub(covered);
                         *wanted.entry((resource.clone(), node.clone())).or_insert(0) -= counted as i64;
                     }
@@ -55,11 +56,14 @@ impl Pass<'_> {
     }
 
     /// Units per resource the VMI's claims cover on `node` once this pass's writes land.
-    fn covered_after(&self, namespace: &str, vmi: &str, node: &str, resource: &str) -> u64 {
+    fn covered_after(&self, run: &(String, String), node: &str, resource: &str) -> u64 {
+        let (namespace, vmi) = run;
         let indexed =
             self.view.vmi_claim_units(namespace, vmi, node).and_then(|u| u.get(resource)).copied().unwrap_or(0);
-        let key = (namespace.to_owned(), vmi.to_owned(), node.to_owned(), resource.to_owned());
-        indexed.saturating_add_signed(self.attached.get(&key).copied().unwrap_or(0))
+        let moved = self.attached.get(run).and_then(|entries| {
+            entries.iter().find(|(n, r, _)| n == node && r == resource).map(|(_, _, units)| *units)
+        });
+        indexed.saturating_add_signed(moved.unwrap_or(0))
     }
 
     /// Writes each class's published units where they differ from what its status says.
