@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Pod, Time, View};
+use gpuclaim_engine::model::{Claim, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
 use gpuclaim_engine::rules::{PodRole, pod_role};
 use gpuclaim_engine::scheduling::is_pinned_to;
@@ -121,6 +121,16 @@ struct SeenClaim {
     resource: String,
     class: String,
     units: u64,
+}
+
+impl SeenClaim {
+    /// Whether `claim` (whose class counts `resource`) would be remembered as this, compared without copying it.
+    fn is(&self, claim: &Claim, resource: &str) -> bool {
+        self.node == claim.node
+            && self.resource == resource
+            && self.class == claim.class
+            && self.units == u64::from(claim.count)
+    }
 }
 
 /// The run's invariant checks and their ledgers.
@@ -253,21 +263,18 @@ impl Invariants {
     /// be judged once every change of the event is in: a release and a bind in one pass are one step).
     fn claim(&mut self, store: &View, object: &ObjectKey) -> Option<Key> {
         let key = (object.namespace.clone(), object.name.clone());
+        let stored = store.claim(&object.namespace, &object.name);
+        let resource = |claim: &Claim| store.class(&claim.class).map_or("", |class| class.resource_name.as_str());
         // Most claim writes change neither its node nor its units (a condition, a finalizer): nothing to move.
-        if let (Some(claim), Some(old)) = (store.claim(&object.namespace, &object.name), self.claims.get(&key)) {
-            let resource = store.class(&claim.class).map_or("", |class| class.resource_name.as_str());
-            if old.node == claim.node
-                && old.resource == resource
-                && old.class == claim.class
-                && old.units == u64::from(claim.count)
-            {
-                return None;
-            }
+        if let (Some(claim), Some(old)) = (stored, self.claims.get(&key))
+            && old.is(claim, resource(claim))
+        {
+            return None;
         }
         let old = self.claims.remove(&key);
-        let new = store.claim(&object.namespace, &object.name).map(|claim| SeenClaim {
+        let new = stored.map(|claim| SeenClaim {
             node: claim.node.clone(),
-            resource: store.class(&claim.class).map_or_else(String::new, |class| class.resource_name.clone()),
+            resource: resource(claim).to_owned(),
             class: claim.class.clone(),
             units: u64::from(claim.count),
         });

@@ -63,12 +63,7 @@ impl World {
         if let Some(failure) = vm.start_failure.as_ref().filter(|failure| failure.retry_after > self.now()) {
             let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
             let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
-            self.record(
-                "vm-controller",
-                &format_args!("VirtualMachine {namespace}/{name}"),
-                "CrashLoopBackOff",
-                fields,
-            )?;
+            self.record("vm-controller", &Named("VirtualMachine", namespace, name), "CrashLoopBackOff", fields)?;
             let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
             return self.schedule_at(retry_after, event);
         }
@@ -98,12 +93,7 @@ impl World {
             Ok(_) => {
                 self.vm_retries.forget(&item);
                 self.vms.get_mut(&key).expect("read above").vmi_ran = false;
-                self.record(
-                    "vm-controller",
-                    &format_args!("VirtualMachineInstance {namespace}/{name}"),
-                    "Created",
-                    vec![],
-                )?;
+                self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", vec![])?;
                 let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: name.to_owned() };
                 self.schedule_at(self.now(), event)
             }
@@ -169,10 +159,10 @@ impl World {
         if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
             vm.volume_node = Some(node.to_owned());
         }
-        self.record("cdi", &format_args!("DataVolume {namespace}/{vmi}"), "Bound", vec![("node", node.to_owned())])?;
+        self.record("cdi", &Named("DataVolume", namespace, vmi), "Bound", vec![("node", node.to_owned())])?;
         self.scheduler_forget(namespace, pod);
         if self.api.delete_pod(namespace, pod).is_ok() {
-            self.record("vmi-controller", &format_args!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+            self.record("vmi-controller", &Named("Pod", namespace, pod), "Deleted", vec![])?;
         }
         self.scheduler_cluster_changed()?;
         self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi.to_owned() })
@@ -230,7 +220,7 @@ impl World {
         }
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
         self.run_ended(namespace, name);
-        self.record("virt-handler", &format_args!("VirtualMachineInstance {namespace}/{name}"), "Succeeded", vec![])?;
+        self.record("virt-handler", &Named("VirtualMachineInstance", namespace, name), "Succeeded", vec![])?;
         let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in pods {
             self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
@@ -269,7 +259,7 @@ impl World {
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
         {
-            self.record("tenant", &format_args!("GPUClaim {namespace}/{claim}"), "Deleted", vec![])?;
+            self.record("tenant", &Named("GPUClaim", namespace, &claim), "Deleted", vec![])?;
         }
         Ok(())
     }
@@ -283,7 +273,7 @@ impl World {
         if self.api.delete_vmi(namespace, name).is_err() {
             return Ok(());
         }
-        self.record("vmi-controller", &format_args!("VirtualMachineInstance {namespace}/{name}"), "Deleted", vec![])?;
+        self.record("vmi-controller", &Named("VirtualMachineInstance", namespace, name), "Deleted", vec![])?;
         self.scheduler_cluster_changed()
     }
 
@@ -293,7 +283,7 @@ impl World {
         for pod in pods {
             self.scheduler_forget(namespace, &pod);
             if self.api.delete_pod(namespace, &pod).is_ok() {
-                self.record("operator", &format_args!("Pod {namespace}/{pod}"), "Deleted", vec![])?;
+                self.record("operator", &Named("Pod", namespace, &pod), "Deleted", vec![])?;
             }
         }
         self.scheduler_cluster_changed()?;

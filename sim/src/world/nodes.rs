@@ -6,6 +6,7 @@
 //! and the DefaultTolerationSeconds admission plugin's 300 s toleration of `node.kubernetes.io/unreachable` and
 //! `not-ready` (NoExecute) given to every pod that does not set its own.
 
+use crate::log::Named;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Taint;
@@ -67,7 +68,7 @@ impl World {
         for (namespace, pod, vmi) in evicted {
             self.scheduler_forget(&namespace, &pod);
             if self.api.delete_pod(&namespace, &pod).is_ok() {
-                self.record("taint-manager", &format_args!("Pod {namespace}/{pod}"), "Evicted", vec![])?;
+                self.record("taint-manager", &Named("Pod", &namespace, &pod), "Evicted", vec![])?;
             }
             if let Some(vmi) = vmi {
                 vmis.insert((namespace, vmi));

@@ -133,7 +133,7 @@ impl World {
         let node = pod.node_name.clone().unwrap_or_default();
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
-        self.record("kubelet", &format_args!("Pod {namespace}/{name}"), "Running", vec![("node", node.clone())])?;
+        self.record("kubelet", &Named("Pod", namespace, name), "Running", vec![("node", node.clone())])?;
         if let Some(uid) = migration_of(self.api.store(), namespace, name) {
             return self.migration_target_running(&uid);
         }
