@@ -23,6 +23,7 @@ pub struct Metrics {
     admission: Family<Labels, Counter>,
     reconcile_seconds: Histogram,
     writes: Family<Labels, Counter>,
+    pins_rechecked: Counter,
     gated_pods: Gauge,
     gated_wait_seconds_max: Gauge<f64, AtomicU64>,
     allocatable_units: Family<Labels, Gauge>,
@@ -62,6 +63,12 @@ impl Metrics {
         );
         let writes = Family::<Labels, Counter>::default();
         registry.register("writes", "Writes to the API server, by action and result", writes.clone());
+        let pins_rechecked = Counter::default();
+        registry.register(
+            "pins_rechecked",
+            "Passes taken again because a live read of a pin's node found the watch behind",
+            pins_rechecked.clone(),
+        );
         let gated_pods = Gauge::default();
         registry.register("gated_pods", "Pods waiting at the placement gate", gated_pods.clone());
         let gated_wait_seconds_max = Gauge::<f64, AtomicU64>::default();
@@ -89,6 +96,7 @@ impl Metrics {
             admission,
             reconcile_seconds,
             writes,
+            pins_rechecked,
             gated_pods,
             gated_wait_seconds_max,
             allocatable_units,
@@ -121,6 +129,10 @@ impl Metrics {
     /// Counts one write: `action` names the engine's action, `result` is `ok`, `conflict` or `error`.
     pub fn write(&self, action: &'static str, result: &'static str) {
         self.writes.get_or_create(&vec![("action", action.to_owned()), ("result", result.to_owned())]).inc();
+    }
+
+    pub fn pins_rechecked(&self) {
+        self.pins_rechecked.inc();
     }
 
     pub fn set_leader(&self, leading: bool) {

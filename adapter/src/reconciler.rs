@@ -6,10 +6,11 @@
 //! after [`STALE_RETRY_DELAY`]; anything else backs off exponentially up to [`FAILURE_BACKOFF_MAX`]. Either way the
 //! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuclaim_engine::controller::{self, Action};
+use gpuclaim_engine::controller::{self, Action, ObjectRef};
 use gpuclaim_engine::model::Time;
 use tokio::sync::watch;
 
@@ -25,6 +26,8 @@ pub const STALE_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// The first backoff after a failed write, doubled per consecutive failure up to the maximum.
 pub const FAILURE_BACKOFF_MIN: Duration = Duration::from_secs(1);
 pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Rounds of pin confirmation one pass may take before it writes what it has (as the twin's controller).
+pub const CONFIRMATIONS_MAX: usize = 4;
 
 /// What one pass did, and when to run the next.
 #[derive(Debug)]
@@ -120,6 +123,14 @@ impl Reconciler {
                 controller::reconcile_changes(&view, now, &changes)
             }
         };
+        let actions = match self.confirm_pins(actions, now).await {
+            Ok(actions) => actions,
+            Err(error) => {
+                self.full = true;
+                self.failures = self.failures.saturating_add(1);
+                return PassOutcome::Failed { error, retry_after: backoff(self.failures) };
+            }
+        };
         let leading = self.leading.clone();
         let result = self.writer.write_all(&actions, || *leading.borrow()).await;
         self.metrics.reconciled(started.elapsed());
@@ -148,6 +159,40 @@ impl Reconciler {
                 PassOutcome::Failed { error, retry_after: backoff(self.failures) }
             }
         }
+    }
+}
+
+impl Reconciler {
+    /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
+    /// node and the pods bound there are read live; if the view missed anything, the pass is taken again, in full,
+    /// on the refreshed view (nothing of the first decision was written). Each node is read once; at most
+    /// [`CONFIRMATIONS_MAX`] rounds.
+    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
+        let mut confirmed: BTreeSet<String> = BTreeSet::new();
+        for _ in 0..CONFIRMATIONS_MAX {
+            let nodes: BTreeSet<String> = actions
+                .iter()
+                .filter_map(Action::pinned_node)
+                .filter(|node| !confirmed.contains(*node))
+                .map(str::to_owned)
+                .collect();
+            let mut taken = 0;
+            for node in &nodes {
+                taken += self.writer.read_node_live(node).await.map_err(|source| WriteError::Failed {
+                    action: "ConfirmPin",
+                    object: ObjectRef::new("", node),
+                    source,
+                })?;
+            }
+            confirmed.extend(nodes);
+            if taken == 0 {
+                break;
+            }
+            tracing::info!(taken, "a pin's node changed behind the watch; reconciling again");
+            self.metrics.pins_rechecked();
+            actions = controller::reconcile(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
+        }
+        Ok(actions)
     }
 }
 

@@ -23,9 +23,9 @@ use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsag
 use gpuclaim_engine::controller::{Action, Changes, ClaimStatus, EventKind, ObjectRef};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Published, Reason, Time, Usage, View, VmiRef};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time as KubeTime};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::{Value, json};
 
@@ -323,6 +323,39 @@ impl Writer {
     fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) {
         let mut changes = Changes::default();
         change(&mut self.view.write().expect(VIEW_UNPOISONED), &mut changes);
+    }
+
+    /// Confirms a pin's node before a pass that pins there is written (docs/controller.md, "Pins are confirmed"):
+    /// reads the node and the pods bound there from the API server, past the watch, and puts into the view each
+    /// one whose resourceVersion is not the cached copy's (a LIST is as fresh as the store, so a different version
+    /// is a newer one). Returns how many it put. Pods the list no longer shows are left to the watch.
+    pub async fn read_node_live(&self, node: &str) -> Result<usize, kube::Error> {
+        let live_node = Api::<Node>::all(self.client.clone()).get_opt(node).await?;
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods = Api::<Pod>::all(self.client.clone()).list(&params).await?.items;
+        let mut taken = 0;
+        let mut changes = Changes::default();
+        let mut view = self.view.write().expect(VIEW_UNPOISONED);
+        let differs = |cached: Option<&str>, live: Option<&str>| cached != Some(live.unwrap_or_default());
+        if let Some(live) = live_node
+            && differs(view.node(node).map(|n| n.resource_version.as_str()), live.metadata.resource_version.as_deref())
+        {
+            match live.upsert(&mut view, &mut changes) {
+                Ok(()) => taken += 1,
+                Err(error) => tracing::warn!(%error, node, "cannot read a live node"),
+            }
+        }
+        for pod in pods {
+            let (namespace, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone());
+            let cached = view.pod(&namespace, name.as_deref().unwrap_or_default()).map(|p| p.resource_version.as_str());
+            if differs(cached, pod.metadata.resource_version.as_deref()) {
+                match pod.upsert(&mut view, &mut changes) {
+                    Ok(()) => taken += 1,
+                    Err(error) => tracing::warn!(%error, namespace, ?name, "cannot read a live pod"),
+                }
+            }
+        }
+        Ok(taken)
     }
 
     /// Reads an object again after a conflict and puts it (or its absence) into the view.

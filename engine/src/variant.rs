@@ -24,15 +24,21 @@ pub struct Variant {
     /// The pod webhook adds no tolerations from the claims' classes. Shipped: it adds them, so the pinned pod
     /// can land on a tainted GPU node.
     pub no_class_tolerations: bool,
+    /// The controller writes its pins from its cache alone. Shipped: before a pass pins launchers, the controller
+    /// reads each pin's node and the pods bound there from the API server and takes the pass again if its cache
+    /// missed any (kube-scheduler binds migration targets and raw-device pods on its own, and a lagging cache
+    /// would pin a launcher onto the units one of them took).
+    pub unconfirmed_pins: bool,
 }
 
 /// A variant's name on the command line and in scenario files, and its settings.
-pub const NAMED: [(&str, Variant); 5] = [
+pub const NAMED: [(&str, Variant); 6] = [
     ("shipped", Variant::SHIPPED),
     ("gate-migration-targets", Variant { gate_migration_targets: true, ..Variant::SHIPPED }),
     ("refuse-at-admission", Variant { refuse_short_at_admission: true, ..Variant::SHIPPED }),
     ("two-update-pin", Variant { two_update_pin: true, ..Variant::SHIPPED }),
     ("no-class-tolerations", Variant { no_class_tolerations: true, ..Variant::SHIPPED }),
+    ("unconfirmed-pins", Variant { unconfirmed_pins: true, ..Variant::SHIPPED }),
 ];
 
 impl Variant {
@@ -42,6 +48,7 @@ impl Variant {
         refuse_short_at_admission: false,
         two_update_pin: false,
         no_class_tolerations: false,
+        unconfirmed_pins: false,
     };
 
     /// The variant of a name in [`NAMED`].
@@ -87,7 +94,7 @@ mod tests {
         assert_eq!(
             error,
             "unknown engine variant \"fast\"; known: shipped, gate-migration-targets, refuse-at-admission, \
-             two-update-pin, no-class-tolerations"
+             two-update-pin, no-class-tolerations, unconfirmed-pins"
         );
     }
 }

@@ -79,8 +79,23 @@ impl GpuController {
         self.apply(change);
     }
 
-    fn apply(&mut self, change: Change) {
-        let Some(touched) = observe(&mut self.cache, change) else { return };
+    /// A live read's object (a GET or LIST of the API server, past the watch): into the cache and onto the work
+    /// queue as a watch event would be, when it is newer than the cached copy. Whether the cache took it.
+    pub fn refresh(&mut self, change: Change) -> bool {
+        self.apply(change)
+    }
+
+    /// The last pass is taken again (a live read refreshed the cache under it before it wrote anything): the keys
+    /// it served go back on the queue.
+    pub fn retake(&mut self) {
+        let serving = std::mem::take(&mut self.serving);
+        self.changes.claims.extend(serving.claims);
+        self.changes.vmis.extend(serving.vmis);
+        self.changes.nodes.extend(serving.nodes);
+    }
+
+    fn apply(&mut self, change: Change) -> bool {
+        let Some(touched) = observe(&mut self.cache, change) else { return false };
         match touched {
             Touched::Claim(namespace, name) => {
                 self.changes.claims.insert((namespace, name));
@@ -92,9 +107,10 @@ impl GpuController {
                 self.changes.nodes.insert(name);
             }
             Touched::Pod => {}
-            Touched::Quiet => return,
+            Touched::Quiet => return true,
         }
         self.dirty = true;
+        true
     }
 
     /// The pass went through: a resync is done.
@@ -131,10 +147,7 @@ impl GpuController {
     /// not get to decided on them), with the key of the refused write.
     pub fn requeue(&mut self, action: &Action) {
         self.dirty = true;
-        let serving = std::mem::take(&mut self.serving);
-        self.changes.claims.extend(serving.claims);
-        self.changes.vmis.extend(serving.vmis);
-        self.changes.nodes.extend(serving.nodes);
+        self.retake();
         match action {
             Action::CreateClaim { claim, .. }
             | Action::UpdateClaim { claim, .. }

@@ -144,6 +144,27 @@ fn s14_every_fault_at_once_keeps_every_invariant() {
 }
 
 #[test]
+fn s15_pins_confirmed_against_the_api_server() {
+    let runs = passes("15-pins-confirmed.yaml");
+    assert!(runs[0].stop.is_none());
+    assert!(judged(&runs[0], "confirming pins caught a cache behind kube-scheduler").passed);
+    let unconfirmed = &runs[1];
+    assert_eq!(unconfirmed.variant, "unconfirmed-pins");
+    let stop = unconfirmed.stop.as_ref().expect("the unconfirmed controller books a node twice");
+    assert_eq!(stop.violation.invariant, Invariant::DeviceDoubleBooked);
+    assert!(unconfirmed.stop_expected);
+}
+
+#[test]
+fn pinning_from_the_cache_alone_is_caught_by_an_invariant() {
+    let run = flipped("15-pins-confirmed.yaml", "unconfirmed-pins");
+    let stop = run.stop.as_ref().expect("an invariant broke");
+    assert_eq!(stop.violation.invariant, Invariant::DeviceDoubleBooked);
+    assert!(!run.stop_expected);
+    assert!(stop.violation.detail.contains("nvidia.com/GRID_A100-4C, the node has 8"), "{}", stop.violation.detail);
+}
+
+#[test]
 fn gating_migration_targets_is_caught_by_the_evacuation() {
     let run = flipped("01-migration-targets-ungated.yaml", "gate-migration-targets");
     assert!(run.stop.is_none());

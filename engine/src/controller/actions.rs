@@ -76,6 +76,14 @@ pub enum Action {
 }
 
 impl Action {
+    /// The node a pod update pins a pod to.
+    pub fn pinned_node(&self) -> Option<&str> {
+        match self {
+            Action::PinAndUngate { node, .. } | Action::Pin { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
     /// The order writes go out in: claims before pods, so a pod is never pinned to a node its claims do not hold,
     /// and a controller that stops between two writes finds a state it resumes from.
     pub(super) fn rank(&self) -> u8 {

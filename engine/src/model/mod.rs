@@ -55,6 +55,9 @@ pub struct View {
     vmi_claim_units: Nested<BTreeMap<String, BTreeMap<String, u64>>>,
     /// namespace → VMI → its pods, so their device counts follow its claims.
     pods_by_vmi: Nested<BTreeSet<String>>,
+    /// node → (namespace, pod) of the pods occupying it (bound there, or pinned there once ungated): what a
+    /// controller confirming a pin lists (looked up by node only: hashed).
+    pods_by_node: HashMap<String, BTreeSet<(String, String)>, Fixed>,
     /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes.
     pod_devices: Nested<(String, BTreeMap<String, u64>)>,
 }
@@ -156,6 +159,11 @@ impl View {
             .into_iter()
             .flatten()
             .filter_map(move |name| self.pod(namespace, name))
+    }
+
+    /// The pods occupying `node` (bound there, or pinned there once ungated), in namespace/name order.
+    pub fn pods_on_node(&self, node: &str) -> impl Iterator<Item = &Pod> {
+        self.pods_by_node.get(node).into_iter().flatten().filter_map(|(namespace, name)| self.pod(namespace, name))
     }
 
     /// Units per resource of the claims attached to `vmi` on `node`.
@@ -422,6 +430,7 @@ impl View {
         }
         if let Some(node) = &indexed.occupied {
             self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
+            edit_set(&mut self.pods_by_node, node, (namespace.to_owned(), name.to_owned()), adding);
         }
     }
 

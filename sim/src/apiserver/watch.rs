@@ -168,7 +168,8 @@ pub fn observe(cache: &mut View, change: Change) -> Option<Touched> {
     }
 }
 
-fn newer(cached: Option<&str>, incoming: &str) -> bool {
+/// Whether an object at `incoming` is newer than the cached copy (none cached: it is).
+pub fn newer(cached: Option<&str>, incoming: &str) -> bool {
     cached.is_none_or(|cached| revision(cached) < revision(incoming))
 }
 

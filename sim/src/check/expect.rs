@@ -125,6 +125,8 @@ pub enum Subject {
 pub enum Figure {
     VmStarts,
     ControllerPasses,
+    /// Passes taken again because confirming their pins found the controller's cache behind on a pin's node.
+    PinsRechecked,
     /// `refusals/<what>:<reason>` (the run's refusal counts, e.g. `FailedCreate:CapacityShort`).
     Refusals(String),
     /// `waitingAtGate` (all pods at the gate) or `waitingAtGate/<reason>`.
@@ -221,8 +223,8 @@ impl ExpectationSpec {
                 err(
                     "figure",
                     format!(
-                        "{figure:?} is not a figure: vmStarts, controllerPasses, refusals/<what>:<reason>, \
-                         waitingAtGate[/<reason>], migrationsSucceeded, migrationsFailed, usagesOpen, usagesClosed, \
+                        "{figure:?} is not a figure: vmStarts, controllerPasses, pinsRechecked, \
+                         refusals/<what>:<reason>, waitingAtGate[/<reason>], migrationsSucceeded, migrationsFailed, usagesOpen, usagesClosed, \
                          claims"
                     ),
                 )
@@ -355,6 +357,7 @@ fn parse_figure(text: &str) -> Option<Figure> {
         None => match text {
             "vmStarts" => Figure::VmStarts,
             "controllerPasses" => Figure::ControllerPasses,
+            "pinsRechecked" => Figure::PinsRechecked,
             "waitingAtGate" => Figure::WaitingAtGate(None),
             "migrationsSucceeded" => Figure::MigrationsSucceeded,
             "migrationsFailed" => Figure::MigrationsFailed,
@@ -538,6 +541,7 @@ pub fn figure_value(world: &World, figure: &Figure) -> u64 {
     match figure {
         Figure::VmStarts => stats.vm_starts,
         Figure::ControllerPasses => stats.controller_passes,
+        Figure::PinsRechecked => stats.pins_rechecked,
         Figure::Refusals(key) => stats.refusals.get(key).copied().unwrap_or(0),
         Figure::WaitingAtGate(None) => world.waiting_at_gate().values().sum(),
         Figure::WaitingAtGate(Some(reason)) => world.waiting_at_gate().get(reason).copied().unwrap_or(0),

@@ -1,13 +1,21 @@
 //! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
 //! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
 
+use std::collections::BTreeSet;
+
 use crate::log::Named;
 use gpuclaim_engine::controller::{Action, ObjectRef};
+use gpuclaim_engine::model::Time;
 
+use crate::apiserver::watch::{Change, Object, newer};
 use crate::apiserver::{ApiError, Kind};
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
+
+/// Rounds of pin confirmation one wake may take before it writes what it has: each round reads only nodes not read
+/// before, so more rounds mean pins moving from node to node as the cache catches up.
+pub const CONFIRMATIONS_MAX: usize = 4;
 
 impl World {
     /// Watch events reach the controller's cache; work wakes it.
@@ -42,7 +50,10 @@ impl World {
         }
         self.stats.controller_passes += 1;
         let now = self.time();
-        let actions = self.controller.reconcile(now);
+        let mut actions = self.controller.reconcile(now);
+        if !self.controller.variant.unconfirmed_pins {
+            actions = self.confirm_pins(actions, now)?;
+        }
         // A refused write's retry delay: client-go's rate limiter for that object (5 ms·2^k per object, a shared
         // 10/s bucket), so one object that keeps conflicting does not hold the others back.
         let mut refused: Option<Millis> = None;
@@ -84,6 +95,63 @@ impl World {
             self.wake_controller_at(self.now() + delay)?;
         }
         Ok(())
+    }
+
+    /// Confirms a pass's pins before anything is written: kube-scheduler binds pods the controller does not place
+    /// (migration targets, raw-device VMs), and a cache one watch lag behind would pin a launcher onto units one of
+    /// them has just taken. So the controller reads each pin's node and the pods bound there from the API server
+    /// (a GET and a LIST, as fresh as the store), takes whatever is newer than its cache into the cache, and if
+    /// anything was, takes the pass again on what it now knows. A node is read once per wake; at most
+    /// [`CONFIRMATIONS_MAX`] rounds, since a pass taken again may pin elsewhere.
+    fn confirm_pins(&mut self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WorldError> {
+        let mut confirmed: BTreeSet<String> = BTreeSet::new();
+        for _ in 0..CONFIRMATIONS_MAX {
+            let nodes: BTreeSet<String> = actions
+                .iter()
+                .filter_map(Action::pinned_node)
+                .filter(|node| !confirmed.contains(*node))
+                .map(str::to_owned)
+                .collect();
+            let mut refreshed = 0;
+            for node in &nodes {
+                let mut taken = 0;
+                for change in self.live_read(node) {
+                    taken += usize::from(self.controller.refresh(change));
+                }
+                if taken > 0 {
+                    let fields = vec![("objects", taken.to_string())];
+                    self.record("gpu-controller", &format_args!("Node {node}"), "CacheRefreshed", fields)?;
+                }
+                refreshed += taken;
+            }
+            confirmed.extend(nodes);
+            if refreshed == 0 {
+                break;
+            }
+            self.stats.pins_rechecked += 1;
+            self.controller.retake();
+            actions = self.controller.reconcile(now);
+        }
+        Ok(actions)
+    }
+
+    /// What a GET of `node` and a LIST of the pods bound there return that the controller's cache has older or
+    /// not at all. Pods the list no longer shows are left to the watch: keeping them only makes the controller
+    /// more careful until it catches up.
+    fn live_read(&self, node: &str) -> Vec<Change> {
+        let (store, cache) = (self.api.store(), self.controller.cache());
+        let mut fresher = Vec::new();
+        if let Some(live) = store.node(node)
+            && newer(cache.node(node).map(|n| n.resource_version.as_str()), &live.resource_version)
+        {
+            fresher.push(Change::Upsert(Object::Node(live.clone())));
+        }
+        for pod in store.pods_on_node(node).filter(|pod| pod.node_name.as_deref() == Some(node)) {
+            if newer(cache.pod(&pod.namespace, &pod.name).map(|p| p.resource_version.as_str()), &pod.resource_version) {
+                fresher.push(Change::Upsert(Object::Pod(pod.clone())));
+            }
+        }
+        fresher
     }
 
     fn after_write(&mut self, action: &Action) -> Result<(), WorldError> {

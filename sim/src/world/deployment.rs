@@ -211,8 +211,11 @@ impl World {
         self.deployment.elections += 1;
         let name = self.deployment.replicas[index].name.clone();
         self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", vec![("holder", name)])?;
-        let user = self.controller.user.clone();
+        let (user, variant) = (self.controller.user.clone(), self.controller.variant);
+        // The new leader runs the same engine: a counterfactual must not turn back into the shipped rules at the
+        // first failover.
         self.controller = GpuController::new(self.api.store().clone(), user);
+        self.controller.variant = variant;
         self.controller.resync();
         let now = self.now();
         self.wake_controller_at(now)

@@ -165,6 +165,9 @@ pub struct Stats {
     pub refusals: BTreeMap<String, u64>,
     /// Reconcile passes the GPU controller ran.
     pub controller_passes: u64,
+    /// Passes taken again because confirming their pins showed the cache had missed a pod or a change on a pin's
+    /// node.
+    pub pins_rechecked: u64,
 }
 
 /// A VM KubeVirt's VM controller keeps.
