@@ -326,3 +326,41 @@ async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
         "node \"gpu-h100-1\" holds the claims but cannot take the pod: fewer than the 2 units of h100 it needs are free"
     );
 }
+
+#[tokio::test]
+async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_brought_is_seen() {
+    let mut controller = Controller::start(cluster()).await;
+    // kube-scheduler binds a raw-GPU VM's launcher onto all eight H100s of gpu-h100-1, where train-a (held) fixes
+    // the trainer's node, after the caches synced: the watch has not brought it (the fake's watch never does).
+    let mut raw =
+        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
+    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
+    raw["metadata"]["uid"] = json!("uid-raw-gpu");
+    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
+    raw["spec"]["nodeName"] = json!("gpu-h100-1");
+    raw["status"] = json!({"phase": "Running"});
+    controller.store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+    assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_none());
+
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::Done { .. }), "{outcome:?}");
+    let lists: Vec<String> = controller
+        .store
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::GET && r.path == "/api/v1/nodes/gpu-h100-1")
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(lists.len(), 1, "the pin's node is read live once");
+    assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_some());
+    let pod = controller.store.get(POD).unwrap();
+    assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "not pinned to a full node");
+    assert_eq!(pod["status"]["conditions"][0]["reason"], "NodeUnfit", "{}", pod["status"]["conditions"][0]);
+    assert!(controller.writes().iter().all(|w| w.path != POD || w.body["spec"].is_null()), "no pin written");
+    let exposition = controller.metrics.encode();
+    assert!(exposition.contains("\ngpuclaim_pins_rechecked_total 1\n"), "{exposition}");
+
+    // Nothing new behind the watch: the next pass reads nothing more into the view and writes nothing.
+    let again = controller.reconciler.pass().await;
+    assert!(matches!(again, PassOutcome::Done { written: 0 }), "{again:?}");
+}

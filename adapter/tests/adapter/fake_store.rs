@@ -102,10 +102,12 @@ async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
             Some(object) => Json(object.clone()).into_response(),
             None if is_collection(&path) => {
                 let selector = label_selector(&query);
+                let fields = field_selector(&query);
                 let items: Vec<Value> = objects
                     .objects
                     .iter()
                     .filter(|(k, v)| in_collection(k, &path) && selector.iter().all(|s| s.matches(v)))
+                    .filter(|(_, v)| fields.iter().all(|f| f.matches(v)))
                     .map(|(_, v)| v.clone())
                     .collect();
                 let version = objects.resource_version.to_string();
@@ -176,7 +178,7 @@ fn is_collection(path: &str) -> bool {
     matches!(rest, [_] | ["namespaces", _, _])
 }
 
-/// One term of a label selector: `key=value` or `key!=value` (field selectors are ignored).
+/// One term of a label selector: `key=value` or `key!=value`.
 struct LabelTerm {
     key: String,
     value: String,
@@ -203,6 +205,37 @@ fn label_selector(query: &str) -> Vec<LabelTerm> {
                 value: value.to_owned(),
                 equal: true,
             }),
+        })
+        .collect()
+}
+
+/// One term of a field selector: `path=value` or `path!=value`, the path dotted into the object (`spec.nodeName`),
+/// a missing field reading as empty, as the API server's field selectors do.
+struct FieldTerm {
+    path: String,
+    value: String,
+    equal: bool,
+}
+
+impl FieldTerm {
+    fn matches(&self, object: &Value) -> bool {
+        let field = self.path.split('.').fold(object, |value, key| &value[key]);
+        (field.as_str().unwrap_or_default() == self.value) == self.equal
+    }
+}
+
+fn field_selector(query: &str) -> Vec<FieldTerm> {
+    let Some(encoded) = query.split('&').find_map(|pair| pair.strip_prefix("fieldSelector=")) else {
+        return Vec::new();
+    };
+    percent_decode(encoded)
+        .split(',')
+        .filter_map(|term| {
+            let (path, value, equal) = match term.split_once("!=") {
+                Some((path, value)) => (path, value, false),
+                None => term.split_once('=').map(|(path, value)| (path, value, true))?,
+            };
+            Some(FieldTerm { path: path.to_owned(), value: value.to_owned(), equal })
         })
         .collect()
 }
