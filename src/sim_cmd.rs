@@ -61,6 +61,7 @@ pub fn run(options: &Options) -> anyhow::Result<ExitCode> {
             "event_log_sha256": run.hash,
             "vm_starts": world.vm_starts(),
             "controller_passes": world.stats().controller_passes,
+            "pins_rechecked": world.stats().pins_rechecked,
             "refusals": world.stats().refusals,
             "start_wait": world.start_waits(),
             "gpu_units_in_use": world.units_in_use(),

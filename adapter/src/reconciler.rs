@@ -164,9 +164,9 @@ impl Reconciler {
 
 impl Reconciler {
     /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
-    /// node and the pods bound there are read live; if the view missed anything, the pass is taken again, in full,
-    /// on the refreshed view (nothing of the first decision was written). Each node is read once; at most
-    /// [`CONFIRMATIONS_MAX`] rounds.
+    /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
+    /// again, in full, on the refreshed view (nothing of the first decision was written). Each node is read once;
+    /// at most [`CONFIRMATIONS_MAX`] rounds.
     async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
         let mut confirmed: BTreeSet<String> = BTreeSet::new();
         for _ in 0..CONFIRMATIONS_MAX {
@@ -176,19 +176,23 @@ impl Reconciler {
                 .filter(|node| !confirmed.contains(*node))
                 .map(str::to_owned)
                 .collect();
-            let mut taken = 0;
+            let mut changed = Vec::new();
             for node in &nodes {
-                taken += self.writer.read_node_live(node).await.map_err(|source| WriteError::Failed {
+                let read = self.writer.read_node_live(node).await;
+                let changed_here = read.map_err(|source| WriteError::Failed {
                     action: "ConfirmPin",
                     object: ObjectRef::new("", node),
                     source,
                 })?;
+                if changed_here {
+                    changed.push(node.clone());
+                }
             }
             confirmed.extend(nodes);
-            if taken == 0 {
+            if changed.is_empty() {
                 break;
             }
-            tracing::info!(taken, "a pin's node changed behind the watch; reconciling again");
+            tracing::info!(?changed, "a pin's node changed behind the watch; reconciling again");
             self.metrics.pins_rechecked();
             actions = controller::reconcile(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
         }

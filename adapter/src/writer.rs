@@ -328,34 +328,32 @@ impl Writer {
     /// Confirms a pin's node before a pass that pins there is written (docs/controller.md, "Pins are confirmed"):
     /// reads the node and the pods bound there from the API server, past the watch, and puts into the view each
     /// one whose resourceVersion is not the cached copy's (a LIST is as fresh as the store, so a different version
-    /// is a newer one). Returns how many it put. Pods the list no longer shows are left to the watch.
-    pub async fn read_node_live(&self, node: &str) -> Result<usize, kube::Error> {
+    /// is a newer one). Returns whether that changed the node as placement sees it. Pods the list no longer shows
+    /// are left to the watch.
+    pub async fn read_node_live(&self, node: &str) -> Result<bool, kube::Error> {
         let live_node = Api::<Node>::all(self.client.clone()).get_opt(node).await?;
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let pods = Api::<Pod>::all(self.client.clone()).list(&params).await?.items;
-        let mut taken = 0;
         let mut changes = Changes::default();
         let mut view = self.view.write().expect(VIEW_UNPOISONED);
+        let before = view.node_standing(node);
         let differs = |cached: Option<&str>, live: Option<&str>| cached != Some(live.unwrap_or_default());
         if let Some(live) = live_node
             && differs(view.node(node).map(|n| n.resource_version.as_str()), live.metadata.resource_version.as_deref())
+            && let Err(error) = live.upsert(&mut view, &mut changes)
         {
-            match live.upsert(&mut view, &mut changes) {
-                Ok(()) => taken += 1,
-                Err(error) => tracing::warn!(%error, node, "cannot read a live node"),
-            }
+            tracing::warn!(%error, node, "cannot read a live node");
         }
         for pod in pods {
             let (namespace, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone());
             let cached = view.pod(&namespace, name.as_deref().unwrap_or_default()).map(|p| p.resource_version.as_str());
-            if differs(cached, pod.metadata.resource_version.as_deref()) {
-                match pod.upsert(&mut view, &mut changes) {
-                    Ok(()) => taken += 1,
-                    Err(error) => tracing::warn!(%error, namespace, ?name, "cannot read a live pod"),
-                }
+            if differs(cached, pod.metadata.resource_version.as_deref())
+                && let Err(error) = pod.upsert(&mut view, &mut changes)
+            {
+                tracing::warn!(%error, namespace, ?name, "cannot read a live pod");
             }
         }
-        Ok(taken)
+        Ok(view.node_standing(node) != before)
     }
 
     /// Reads an object again after a conflict and puts it (or its absence) into the view.

@@ -80,9 +80,9 @@ impl GpuController {
     }
 
     /// A live read's object (a GET or LIST of the API server, past the watch): into the cache and onto the work
-    /// queue as a watch event would be, when it is newer than the cached copy. Whether the cache took it.
-    pub fn refresh(&mut self, change: Change) -> bool {
-        self.apply(change)
+    /// queue as a watch event would be, when it is newer than the cached copy.
+    pub fn refresh(&mut self, change: Change) {
+        self.apply(change);
     }
 
     /// The last pass is taken again (a live read refreshed the cache under it before it wrote anything): the keys

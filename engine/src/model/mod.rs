@@ -161,6 +161,14 @@ impl View {
             .filter_map(move |name| self.pod(namespace, name))
     }
 
+    /// What placement reads of `node`: the node (its resourceVersion aside) and what is taken there. Two views that
+    /// agree on it decide the same about the node, whatever else differs in the objects behind it (a confirmed pin
+    /// is decided again only when it differs).
+    pub fn node_standing(&self, node: &str) -> (Option<Node>, Option<capacity::NodeLoad>) {
+        let node_now = self.node(node).map(|n| Node { resource_version: String::new(), ..n.clone() });
+        (node_now, self.capacity.load(node).cloned())
+    }
+
     /// The pods occupying `node` (bound there, or pinned there once ungated), in namespace/name order.
     pub fn pods_on_node(&self, node: &str) -> impl Iterator<Item = &Pod> {
         self.pods_by_node.get(node).into_iter().flatten().filter_map(|(namespace, name)| self.pod(namespace, name))

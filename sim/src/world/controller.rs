@@ -101,7 +101,7 @@ impl World {
     /// (migration targets, raw-device VMs), and a cache one watch lag behind would pin a launcher onto units one of
     /// them has just taken. So the controller reads each pin's node and the pods bound there from the API server
     /// (a GET and a LIST, as fresh as the store), takes whatever is newer than its cache into the cache, and if
-    /// anything was, takes the pass again on what it now knows. A node is read once per wake; at most
+    /// that changed the node as placement sees it, takes the pass again on what it now knows. A node is read once per wake; at most
     /// [`CONFIRMATIONS_MAX`] rounds, since a pass taken again may pin elsewhere.
     fn confirm_pins(&mut self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WorldError> {
         let mut confirmed: BTreeSet<String> = BTreeSet::new();
@@ -114,15 +114,21 @@ impl World {
                 .collect();
             let mut refreshed = 0;
             for node in &nodes {
-                let mut taken = 0;
-                for change in self.live_read(node) {
-                    taken += usize::from(self.controller.refresh(change));
+                let fresher = self.live_read(node);
+                if fresher.is_empty() {
+                    continue;
                 }
-                if taken > 0 {
+                // Newer objects that leave the node as placement sees it (a pod gone Running) change no decision.
+                let before = self.controller.cache().node_standing(node);
+                let taken = fresher.len();
+                for change in fresher {
+                    self.controller.refresh(change);
+                }
+                if self.controller.cache().node_standing(node) != before {
                     let fields = vec![("objects", taken.to_string())];
                     self.record("gpu-controller", &format_args!("Node {node}"), "CacheRefreshed", fields)?;
+                    refreshed += 1;
                 }
-                refreshed += taken;
             }
             confirmed.extend(nodes);
             if refreshed == 0 {
