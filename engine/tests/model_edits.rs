@@ -121,3 +121,43 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn pods_on_a_node_are_those_bound_or_pinned_there_until_they_finish() {
+    let mut view = start();
+    let names = |view: &View, node: &str| view.pods_on_node(node).map(|p| p.name.clone()).collect::<Vec<_>>();
+    assert!(names(&view, "gpu-1").is_empty(), "gated pods occupy no node");
+    view.edit_pod("tenant-a", "virt-launcher-a-abcde", |pod| pod.node_name = Some("gpu-1".into()));
+    view.edit_pod("tenant-a", "virt-launcher-b-abcde", |pod| {
+        pod.scheduling_gates.clear();
+        pod.required_terms = Some(std::sync::Arc::new(pin_terms(None, "gpu-1")));
+    });
+    assert_eq!(names(&view, "gpu-1"), ["virt-launcher-a-abcde", "virt-launcher-b-abcde"]);
+    assert!(names(&view, "gpu-2").is_empty());
+    view.edit_pod("tenant-a", "virt-launcher-a-abcde", |pod| pod.phase = PodPhase::Succeeded);
+    assert_eq!(names(&view, "gpu-1"), ["virt-launcher-b-abcde"], "a finished pod no longer occupies its node");
+    view.remove_pod("tenant-a", "virt-launcher-b-abcde");
+    assert!(names(&view, "gpu-1").is_empty());
+}
+
+#[test]
+fn a_node_stands_the_same_when_only_what_placement_ignores_changed() {
+    let mut view = start();
+    view.edit_pod("tenant-a", "virt-launcher-a-abcde", |pod| pod.node_name = Some("gpu-1".into()));
+    let before = view.node_standing("gpu-1");
+    assert!(before.0.is_some() && before.1.is_some());
+    // A newer version of the node, and the pod going Running: nothing placement reads moved.
+    let mut node = view.node("gpu-1").unwrap().clone();
+    node.resource_version = "999".into();
+    view.upsert_node(node);
+    view.edit_pod("tenant-a", "virt-launcher-a-abcde", |pod| pod.phase = PodPhase::Running);
+    assert_eq!(view.node_standing("gpu-1"), before);
+    // A pod bound there that takes CPU, or a device fewer: it stands differently.
+    view.edit_pod("tenant-a", "virt-launcher-b-abcde", |pod| pod.node_name = Some("gpu-1".into()));
+    assert_ne!(view.node_standing("gpu-1"), before);
+    let after_pod = view.node_standing("gpu-1");
+    let mut node = view.node("gpu-1").unwrap().clone();
+    *node.devices.get_mut(H100).unwrap() -= 1;
+    view.upsert_node(node);
+    assert_ne!(view.node_standing("gpu-1"), after_pod);
+}

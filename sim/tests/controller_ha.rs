@@ -47,6 +47,17 @@ fn a_leader_crash_hands_over_after_the_lease_expires_and_nothing_is_bound_twice(
 }
 
 #[test]
+fn a_new_leader_runs_the_same_engine_variant() {
+    let mut world = world(2);
+    let variant = gpuclaim_engine::variant::Variant::named("unconfirmed-pins").unwrap();
+    world.set_variant(variant);
+    world.schedule_at(Millis(10_500), Event::ControllerCrash { index: 0 }).unwrap();
+    world.run(Millis::seconds(30), 100_000).unwrap();
+    assert_eq!(world.deployment().leader, Some(1));
+    assert_eq!(world.variant(), variant, "a counterfactual stays one across a failover");
+}
+
+#[test]
 fn a_drain_keeps_admission_up_with_two_replicas() {
     let mut world = world(2);
     let node = world.deployment().replicas[0].node.clone();
