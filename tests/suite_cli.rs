@@ -136,7 +136,7 @@ fn bad_scenario_files_exit_2_naming_file_field_and_reason() {
             "variants: [shipped, two-update-pin]",
             "variants: [shipped, fast]",
             "field variants[1]: unknown engine variant \"fast\"; known: shipped, gate-migration-targets, \
-             refuse-at-admission, two-update-pin, no-class-tolerations",
+             refuse-at-admission, two-update-pin, no-class-tolerations, unconfirmed-pins",
         ),
         (
             "variants: [shipped, two-update-pin]",

@@ -110,6 +110,42 @@ impl Reconciler {
         }
     }
 
+    /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
+    /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
+    /// again, in full, on the refreshed view (nothing of the first decision was written). Each node is read once;
+    /// at most [`CONFIRMATIONS_MAX`] rounds.
+    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
+        let mut confirmed: BTreeSet<String> = BTreeSet::new();
+        for _ in 0..CONFIRMATIONS_MAX {
+            let nodes: BTreeSet<String> = actions
+                .iter()
+                .filter_map(Action::pinned_node)
+                .filter(|node| !confirmed.contains(*node))
+                .map(str::to_owned)
+                .collect();
+            let mut changed = Vec::new();
+            for node in &nodes {
+                let read = self.writer.read_node_live(node).await;
+                let changed_here = read.map_err(|source| WriteError::Failed {
+                    action: "ConfirmPin",
+                    object: ObjectRef::new("", node),
+                    source,
+                })?;
+                if changed_here {
+                    changed.push(node.clone());
+                }
+            }
+            confirmed.extend(nodes);
+            if changed.is_empty() {
+                break;
+            }
+            tracing::info!(?changed, "a pin's node changed behind the watch; reconciling again");
+            self.metrics.pins_rechecked();
+            actions = controller::reconcile(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
+        }
+        Ok(actions)
+    }
+
     /// One pass: decide on the view, write, and apply the error policy.
     pub async fn pass(&mut self) -> PassOutcome {
         let started = Instant::now();
@@ -159,44 +195,6 @@ impl Reconciler {
                 PassOutcome::Failed { error, retry_after: backoff(self.failures) }
             }
         }
-    }
-}
-
-impl Reconciler {
-    /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
-    /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
-    /// again, in full, on the refreshed view (nothing of the first decision was written). Each node is read once;
-    /// at most [`CONFIRMATIONS_MAX`] rounds.
-    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
-        let mut confirmed: BTreeSet<String> = BTreeSet::new();
-        for _ in 0..CONFIRMATIONS_MAX {
-            let nodes: BTreeSet<String> = actions
-                .iter()
-                .filter_map(Action::pinned_node)
-                .filter(|node| !confirmed.contains(*node))
-                .map(str::to_owned)
-                .collect();
-            let mut changed = Vec::new();
-            for node in &nodes {
-                let read = self.writer.read_node_live(node).await;
-                let changed_here = read.map_err(|source| WriteError::Failed {
-                    action: "ConfirmPin",
-                    object: ObjectRef::new("", node),
-                    source,
-                })?;
-                if changed_here {
-                    changed.push(node.clone());
-                }
-            }
-            confirmed.extend(nodes);
-            if changed.is_empty() {
-                break;
-            }
-            tracing::info!(?changed, "a pin's node changed behind the watch; reconciling again");
-            self.metrics.pins_rechecked();
-            actions = controller::reconcile(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
-        }
-        Ok(actions)
     }
 }
 

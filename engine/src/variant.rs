@@ -26,8 +26,8 @@ pub struct Variant {
     pub no_class_tolerations: bool,
     /// The controller writes its pins from its cache alone. Shipped: before a pass pins launchers, the controller
     /// reads each pin's node and the pods bound there from the API server and takes the pass again if its cache
-    /// missed any (kube-scheduler binds migration targets and raw-device pods on its own, and a lagging cache
-    /// would pin a launcher onto the units one of them took).
+    /// had the node wrong (kube-scheduler binds migration targets and raw-device pods on its own, and a lagging
+    /// cache would pin a launcher onto the units one of them took).
     pub unconfirmed_pins: bool,
 }
 

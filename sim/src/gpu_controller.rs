@@ -94,8 +94,8 @@ impl GpuController {
         self.changes.nodes.extend(serving.nodes);
     }
 
-    fn apply(&mut self, change: Change) -> bool {
-        let Some(touched) = observe(&mut self.cache, change) else { return false };
+    fn apply(&mut self, change: Change) {
+        let Some(touched) = observe(&mut self.cache, change) else { return };
         match touched {
             Touched::Claim(namespace, name) => {
                 self.changes.claims.insert((namespace, name));
@@ -107,10 +107,9 @@ impl GpuController {
                 self.changes.nodes.insert(name);
             }
             Touched::Pod => {}
-            Touched::Quiet => return true,
+            Touched::Quiet => return,
         }
         self.dirty = true;
-        true
     }
 
     /// The pass went through: a resync is done.

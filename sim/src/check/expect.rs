@@ -224,8 +224,8 @@ impl ExpectationSpec {
                     "figure",
                     format!(
                         "{figure:?} is not a figure: vmStarts, controllerPasses, pinsRechecked, \
-                         refusals/<what>:<reason>, waitingAtGate[/<reason>], migrationsSucceeded, migrationsFailed, usagesOpen, usagesClosed, \
-                         claims"
+                         refusals/<what>:<reason>, waitingAtGate[/<reason>], migrationsSucceeded, migrationsFailed, \
+                         usagesOpen, usagesClosed, claims"
                     ),
                 )
             })?)
