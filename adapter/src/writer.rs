@@ -327,9 +327,8 @@ impl Writer {
 
     /// Confirms a pin's node before a pass that pins there is written (docs/controller.md, "Pins are confirmed"):
     /// reads the node and the pods bound there from the API server, past the watch, and puts into the view each
-    /// one whose resourceVersion is not the cached copy's (a LIST is as fresh as the store, so a different version
-    /// is a newer one). Returns whether that changed the node as placement sees it. Pods the list no longer shows
-    /// are left to the watch.
+    /// one newer than the cached copy ([`newer`]). Returns whether that changed the node as placement sees it.
+    /// Pods the list no longer shows are left to the watch.
     pub async fn read_node_live(&self, node: &str) -> Result<bool, kube::Error> {
         let live_node = Api::<Node>::all(self.client.clone()).get_opt(node).await?;
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -337,9 +336,8 @@ impl Writer {
         let mut changes = Changes::default();
         let mut view = self.view.write().expect(VIEW_UNPOISONED);
         let before = view.node_standing(node);
-        let differs = |cached: Option<&str>, live: Option<&str>| cached != Some(live.unwrap_or_default());
         if let Some(live) = live_node
-            && differs(view.node(node).map(|n| n.resource_version.as_str()), live.metadata.resource_version.as_deref())
+            && newer(view.node(node).map(|n| n.resource_version.as_str()), live.metadata.resource_version.as_deref())
             && let Err(error) = live.upsert(&mut view, &mut changes)
         {
             tracing::warn!(%error, node, "cannot read a live node");
@@ -347,7 +345,7 @@ impl Writer {
         for pod in pods {
             let (namespace, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone());
             let cached = view.pod(&namespace, name.as_deref().unwrap_or_default()).map(|p| p.resource_version.as_str());
-            if differs(cached, pod.metadata.resource_version.as_deref())
+            if newer(cached, pod.metadata.resource_version.as_deref())
                 && let Err(error) = pod.upsert(&mut view, &mut changes)
             {
                 tracing::warn!(%error, namespace, ?name, "cannot read a live pod");
@@ -384,6 +382,19 @@ impl Writer {
             },
         }
         Ok(())
+    }
+}
+
+/// Whether a live object at `live` is newer than the cached copy at `cached`. resourceVersions are opaque to
+/// clients, but the API server's are etcd revisions: where both read as integers, only a higher one is taken, so a
+/// watch event that reached the view between the read and the lock is not rolled back; otherwise any difference is
+/// (a read is as fresh as the store).
+pub fn newer(cached: Option<&str>, live: Option<&str>) -> bool {
+    let live = live.unwrap_or_default();
+    match (cached.map(str::parse::<u64>), live.parse::<u64>()) {
+        (None, _) => true,
+        (Some(Ok(cached)), Ok(live)) => live > cached,
+        (Some(_), _) => cached != Some(live),
     }
 }
 
@@ -527,4 +538,19 @@ pub fn publish_patch(version: &str, published: &Published) -> Value {
             "largestFreeOnNode": published.largest_free_on_node,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newer;
+
+    #[test]
+    fn a_live_read_takes_only_what_is_newer_than_the_view() {
+        assert!(newer(None, Some("7")), "nothing cached");
+        assert!(newer(Some("7"), Some("12")));
+        assert!(!newer(Some("12"), Some("12")), "the same version");
+        assert!(!newer(Some("12"), Some("7")), "a watch event newer than the read is not rolled back");
+        assert!(newer(Some("a7"), Some("b2")), "opaque versions: any difference");
+        assert!(!newer(Some("a7"), Some("a7")));
+    }
 }
