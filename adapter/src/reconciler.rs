@@ -6,11 +6,10 @@
 //! after [`STALE_RETRY_DELAY`]; anything else backs off exponentially up to [`FAILURE_BACKOFF_MAX`]. Either way the
 //! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuclaim_engine::controller::{self, Action, ObjectRef};
+use gpuclaim_engine::controller::{self, Action, ObjectRef, PinConfirmation};
 use gpuclaim_engine::model::Time;
 use tokio::sync::watch;
 
@@ -26,8 +25,6 @@ pub const STALE_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// The first backoff after a failed write, doubled per consecutive failure up to the maximum.
 pub const FAILURE_BACKOFF_MIN: Duration = Duration::from_secs(1);
 pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// Rounds of pin confirmation one pass may take before it writes what it has (as the twin's controller).
-pub const CONFIRMATIONS_MAX: usize = 4;
 
 /// What one pass did, and when to run the next.
 #[derive(Debug)]
@@ -112,17 +109,15 @@ impl Reconciler {
 
     /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
     /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
-    /// again, in full, on the refreshed view (nothing of the first decision was written). Each node is read once;
-    /// at most [`CONFIRMATIONS_MAX`] rounds.
+    /// again, in full, on the refreshed view (nothing of the first decision was written); [`PinConfirmation`] says
+    /// which nodes each round reads.
     async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
-        let mut confirmed: BTreeSet<String> = BTreeSet::new();
-        for _ in 0..CONFIRMATIONS_MAX {
-            let nodes: BTreeSet<String> = actions
-                .iter()
-                .filter_map(Action::pinned_node)
-                .filter(|node| !confirmed.contains(*node))
-                .map(str::to_owned)
-                .collect();
+        let mut confirmation = PinConfirmation::default();
+        loop {
+            let nodes = confirmation.next_round(&actions);
+            if nodes.is_empty() {
+                break;
+            }
             let mut changed = Vec::new();
             for node in &nodes {
                 let read = self.writer.read_node_live(node).await;
@@ -135,7 +130,6 @@ impl Reconciler {
                     changed.push(node.clone());
                 }
             }
-            confirmed.extend(nodes);
             if changed.is_empty() {
                 break;
             }

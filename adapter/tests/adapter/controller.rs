@@ -74,6 +74,19 @@ fn cluster() -> FakeStore {
     store
 }
 
+/// A raw-GPU VM's launcher holding all eight H100s of gpu-h100-1 (where train-a, held, fixes the trainer's node),
+/// bound and running.
+fn put_raw_gpu_pod(store: &FakeStore) {
+    let mut raw =
+        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
+    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
+    raw["metadata"]["uid"] = json!("uid-raw-gpu");
+    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
+    raw["spec"]["nodeName"] = json!("gpu-h100-1");
+    raw["status"] = json!({"phase": "Running"});
+    store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+}
+
 struct Controller {
     store: FakeStore,
     metrics: Arc<Metrics>,
@@ -299,15 +312,7 @@ async fn a_replica_that_does_not_lead_writes_nothing() {
 #[tokio::test]
 async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
     let store = cluster();
-    // A raw-GPU VM's launcher holding all eight H100s of gpu-h100-1, where train-a (held) fixes the trainer's node.
-    let mut raw =
-        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
-    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
-    raw["metadata"]["uid"] = json!("uid-raw-gpu");
-    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
-    raw["spec"]["nodeName"] = json!("gpu-h100-1");
-    raw["status"] = json!({"phase": "Running"});
-    store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+    put_raw_gpu_pod(&store);
 
     let mut controller = Controller::start(store).await;
     assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_some());
@@ -330,16 +335,9 @@ async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
 #[tokio::test]
 async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_brought_is_seen() {
     let mut controller = Controller::start(cluster()).await;
-    // kube-scheduler binds a raw-GPU VM's launcher onto all eight H100s of gpu-h100-1, where train-a (held) fixes
-    // the trainer's node, after the caches synced: the watch has not brought it (the fake's watch never does).
-    let mut raw =
-        gpuclaim_engine::fixtures::launcher_pod_json("tenant-b", "raw-gpu", "[]", "nvidia.com/GH100_H100_SXM5_80GB", 8);
-    raw["metadata"]["name"] = json!("virt-launcher-raw-gpu-abcde");
-    raw["metadata"]["uid"] = json!("uid-raw-gpu");
-    raw["metadata"]["labels"].as_object_mut().unwrap().remove(keys::LABEL_CLAIMS);
-    raw["spec"]["nodeName"] = json!("gpu-h100-1");
-    raw["status"] = json!({"phase": "Running"});
-    controller.store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
+    // kube-scheduler binds the raw-GPU launcher after the caches synced: the watch has not brought it (the fake's
+    // watch never does).
+    put_raw_gpu_pod(&controller.store);
     assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_none());
 
     let outcome = controller.reconciler.pass().await;

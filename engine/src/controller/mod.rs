@@ -13,6 +13,7 @@
 mod actions;
 mod apply;
 mod claims;
+mod confirm;
 mod names;
 mod placement;
 mod publish;
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use actions::{Action, ClaimStatus, EventKind, ObjectRef};
 pub use apply::{Conflict, apply, created_claim};
+pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 

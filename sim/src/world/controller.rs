@@ -1,10 +1,8 @@
 //! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
 //! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
 
-use std::collections::BTreeSet;
-
 use crate::log::Named;
-use gpuclaim_engine::controller::{Action, ObjectRef};
+use gpuclaim_engine::controller::{Action, ObjectRef, PinConfirmation};
 use gpuclaim_engine::model::Time;
 
 use crate::apiserver::watch::{Change, Object, newer};
@@ -12,10 +10,6 @@ use crate::apiserver::{ApiError, Kind};
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
-
-/// Rounds of pin confirmation one wake may take before it writes what it has: each round reads only nodes not read
-/// before, so more rounds mean pins moving from node to node as the cache catches up.
-pub const CONFIRMATIONS_MAX: usize = 4;
 
 impl World {
     /// Watch events reach the controller's cache; work wakes it.
@@ -101,17 +95,15 @@ impl World {
     /// (migration targets, raw-device VMs), and a cache one watch lag behind would pin a launcher onto units one of
     /// them has just taken. So the controller reads each pin's node and the pods bound there from the API server
     /// (a GET and a LIST, as fresh as the store), takes whatever is newer than its cache into the cache, and if
-    /// that changed the node as placement sees it, takes the pass again on what it now knows. A node is read once per wake; at most
-    /// [`CONFIRMATIONS_MAX`] rounds, since a pass taken again may pin elsewhere.
+    /// that changed the node as placement sees it, takes the pass again on what it now knows ([`PinConfirmation`]:
+    /// a node is read once per wake, a bounded number of rounds).
     fn confirm_pins(&mut self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WorldError> {
-        let mut confirmed: BTreeSet<String> = BTreeSet::new();
-        for _ in 0..CONFIRMATIONS_MAX {
-            let nodes: BTreeSet<String> = actions
-                .iter()
-                .filter_map(Action::pinned_node)
-                .filter(|node| !confirmed.contains(*node))
-                .map(str::to_owned)
-                .collect();
+        let mut confirmation = PinConfirmation::default();
+        loop {
+            let nodes = confirmation.next_round(&actions);
+            if nodes.is_empty() {
+                break;
+            }
             let mut refreshed = 0;
             for node in &nodes {
                 let fresher = self.live_read(node);
@@ -130,7 +122,6 @@ impl World {
                     refreshed += 1;
                 }
             }
-            confirmed.extend(nodes);
             if refreshed == 0 {
                 break;
             }
