@@ -15,6 +15,7 @@ pub struct Openb {
     pub nodes: PathBuf,
     #[arg(long, value_name = "PODS.csv")]
     pub pods: PathBuf,
+    /// Where to write the scenario: YAML, or JSON when the name ends in `.json` (read about ten times faster).
     #[arg(long, value_name = "SCENARIO.yaml")]
     pub out: PathBuf,
     /// Virtual time per trace time (0.001: a trace day in 86.4 s).
@@ -42,6 +43,7 @@ pub struct Openb {
 pub struct Nodes {
     #[arg(long, value_name = "NODES.csv")]
     pub nodes: PathBuf,
+    /// Where to write the scenario: YAML, or JSON when the name ends in `.json` (read about ten times faster).
     #[arg(long, value_name = "SCENARIO.yaml")]
     pub out: PathBuf,
     /// Memory per CPU where the list has none (spot-GPU).
@@ -85,10 +87,10 @@ pub fn nodes(options: Nodes) -> anyhow::Result<()> {
 fn write(imported: &Imported, out: &Path, started: Instant) -> anyhow::Result<()> {
     let file = std::fs::File::create(out).with_context(|| format!("failed to create {}", out.display()))?;
     let mut writer = std::io::BufWriter::new(file);
-    imported
-        .write_yaml(&mut writer)
-        .and_then(|()| writer.flush())
-        .with_context(|| format!("writing {}", out.display()))?;
+    // `.json` asks for the JSON form (docs/import.md): the same scenario, read faster.
+    let json = out.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let written = if json { imported.write_json(&mut writer) } else { imported.write_yaml(&mut writer) };
+    written.and_then(|()| writer.flush()).with_context(|| format!("writing {}", out.display()))?;
     let mut summary = serde_json::json!(imported.summary);
     summary["scenario"] = serde_json::json!(out.display().to_string());
     summary["vms"] = serde_json::json!(imported.vms.len());

@@ -181,6 +181,22 @@ fn every_column_maps_onto_vms_classes_and_nodes() {
     assert!(claim_node("openb-ls").starts_with("t4-"), "{}", claim_node("openb-ls"));
     world.run(Millis::seconds(600), 1_000_000).unwrap();
     assert_eq!(world.vm_starts(), 5);
+
+    // The JSON form is the same scenario, its header kept as notes: the same event log.
+    let json = imported.to_json();
+    let from_json = parse_scenario(&json).unwrap_or_else(|e| panic!("{e}\n{json}"));
+    assert_eq!(from_json.notes, imported.header);
+    let from_yaml = parse_scenario(&imported.to_yaml()).unwrap();
+    assert_eq!(
+        format!("{:?}", (&from_json.cluster, &from_json.vms)),
+        format!("{:?}", (&from_yaml.cluster, &from_yaml.vms))
+    );
+    let hash = |scenario: &gpuclaim_sim::scenario::Scenario| {
+        let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+        world.run(Millis::seconds(600), 1_000_000).unwrap();
+        world.log_hash()
+    };
+    assert_eq!(hash(&from_json), hash(&from_yaml));
 }
 
 #[test]

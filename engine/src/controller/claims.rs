@@ -151,8 +151,8 @@ impl<'v> Pass<'v> {
         let found = self
             .candidates(class, units)
             .take(CANDIDATES_PER_PLACEMENT_MAX)
-            .find(|(_, node)| Some(node.as_str()) != lost)
-            .map(|(_, node)| node);
+            .find(|(_, node)| Some(*node) != lost)
+            .map(|(_, node)| node.to_owned());
         found.ok_or_else(|| self.no_capacity(class, units, "no node has that many free units".to_owned()))
     }
 

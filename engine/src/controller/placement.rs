@@ -197,7 +197,7 @@ impl<'v> Pass<'v> {
             return self
                 .fits(pod, node, &need)
                 .map(|()| node.to_owned())
-                .map_err(|detail| Wait::NodeUnfit { node: node.to_owned(), detail });
+                .map_err(|unfit| Wait::NodeUnfit { node: node.to_owned(), detail: unfit.to_string() });
         }
         // Walk the class needing the most units best fit first; check the rest of the set on each candidate.
         let (primary, units) = need
@@ -207,12 +207,12 @@ impl<'v> Pass<'v> {
             .ok_or(Wait::NoClaims)?;
         let mut last_refusal = None;
         for (_, node) in self.candidates(primary, units).take(CANDIDATES_PER_PLACEMENT_MAX) {
-            match self.fits(pod, &node, &need) {
-                Ok(()) => return Ok(node),
-                Err(detail) => last_refusal = Some(format!("node {node:?}: {detail}")),
+            match self.fits(pod, node, &need) {
+                Ok(()) => return Ok(node.to_owned()),
+                Err(unfit) => last_refusal = Some((node, unfit)),
             }
         }
-        self.last_refusal.replace(last_refusal);
+        self.last_refusal.replace(last_refusal.map(|(node, unfit)| format!("node {node:?}: {unfit}")));
         let summary =
             need.iter().map(|(class, (_, units))| format!("{units} × {class}")).collect::<Vec<_>>().join(" + ");
         let detail = format!("no node has {summary} free with room for the pod");
@@ -236,44 +236,45 @@ impl<'v> Pass<'v> {
     }
 
     /// Whether `node` takes the pod with `need` units: the scheduler's filters, on the state after this pass's
-    /// decisions. Returns what does not fit.
-    fn fits(&self, pod: &Pod, node_name: &str, need: &Need<'_>) -> Result<(), String> {
-        let node = self.view.node(node_name).ok_or("the node is gone")?;
+    /// decisions. Returns what does not fit, formatted only by whoever reports it (most refusals of a candidate walk
+    /// are never read).
+    fn fits<'a>(&'a self, pod: &'a Pod, node_name: &str, need: &Need<'a>) -> Result<(), Unfit<'a>> {
+        let node = self.view.node(node_name).ok_or(Unfit::Gone)?;
         if !node.ready {
-            return Err("the node is not Ready".into());
+            return Err(Unfit::NotReady);
         }
         if node.unschedulable {
-            return Err("the node is cordoned".into());
+            return Err(Unfit::Cordoned);
         }
         for (class, units) in need.values() {
             if self.free(class, node_name).unwrap_or(0) < *units {
-                return Err(format!("fewer than the {units} units of {} it needs are free", class.name));
+                return Err(Unfit::FewerUnits { units: *units, class: &class.name });
             }
         }
         if !matches_node_selector(&pod.node_selector, &node.labels) {
-            return Err("the pod's nodeSelector does not match".into());
+            return Err(Unfit::NodeSelector);
         }
         if pod.required_terms.as_ref().is_some_and(|terms| !matches_required_terms(terms, node_name, &node.labels)) {
-            return Err("the pod's required node affinity does not match".into());
+            return Err(Unfit::NodeAffinity);
         }
         if let Some(taint) = untolerated_taint(&pod.tolerations, &node.taints) {
-            return Err(format!("taint {}:{} is not tolerated", taint.key, taint.effect));
+            return Err(Unfit::Taint { key: &taint.key, effect: &taint.effect });
         }
         let load = self.view.capacity().load(node_name);
         let (pinned_cpu, pinned_memory) = self.pinned.get(node_name).copied().unwrap_or((0, 0));
         let cpu_used = load.map_or(0, |l| l.cpu_millis) + pinned_cpu;
         let memory_used = load.map_or(0, |l| l.memory_bytes) + pinned_memory;
         if cpu_used + pod.cpu_millis > node.cpu_millis {
-            return Err("Insufficient cpu".into());
+            return Err(Unfit::Insufficient("cpu"));
         }
         if memory_used + pod.memory_bytes > node.memory_bytes {
-            return Err("Insufficient memory".into());
+            return Err(Unfit::Insufficient("memory"));
         }
         // Devices outside GPU classes (KubeVirt's kvm, tun, vhost-net) are plentiful; only their presence is checked.
         for (resource, units) in pod.devices.iter() {
             let class_resource = self.view.capacity().classes_of(resource).next().is_some();
             if !class_resource && node.devices.get(resource).copied().unwrap_or(0) < *units {
-                return Err(format!("Insufficient {resource}"));
+                return Err(Unfit::Insufficient(resource));
             }
         }
         Ok(())
@@ -362,7 +363,7 @@ impl<'v> Pass<'v> {
 
     /// Nodes offering `class` with at least `units` free after this pass's decisions, fewest free first, then by
     /// name: the index's order, with the nodes this pass touched re-sorted by what they will have.
-    pub(super) fn candidates<'a>(&'a self, class: &'a Class, units: u64) -> impl Iterator<Item = (u64, String)> + 'a {
+    pub(super) fn candidates<'a>(&'a self, class: &'a Class, units: u64) -> impl Iterator<Item = (u64, &'a str)> + 'a {
         let resource = class.resource_name.as_str();
         let touched: Vec<&str> = self
             .units
@@ -370,18 +371,14 @@ impl<'v> Pass<'v> {
             .take_while(|((r, _), _)| r == resource)
             .map(|((_, node), _)| node.as_str())
             .collect();
-        let mut adjusted: Vec<(u64, String)> = touched
+        let mut adjusted: Vec<(u64, &str)> = touched
             .iter()
-            .filter_map(|node| self.free(class, node).map(|free| (free, (*node).to_owned())))
+            .filter_map(|node| self.free(class, node).map(|free| (free, *node)))
             .filter(|(free, _)| *free >= units)
             .collect();
         adjusted.sort();
-        let indexed = self
-            .view
-            .capacity()
-            .candidates(&class.name, units)
-            .filter(move |(_, node)| !touched.contains(node))
-            .map(|(free, node)| (free, node.to_owned()));
+        let indexed =
+            self.view.capacity().candidates(&class.name, units).filter(move |(_, node)| !touched.contains(node));
         Merge { a: adjusted.into_iter().peekable(), b: indexed.peekable() }
     }
 }
@@ -400,6 +397,36 @@ impl<T: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Merge<A,
             (Some(a), Some(b)) if a <= b => self.a.next(),
             (Some(_), None) => self.a.next(),
             _ => self.b.next(),
+        }
+    }
+}
+
+/// Why a candidate node does not take a pod, kept unformatted until a refusal is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unfit<'a> {
+    Gone,
+    NotReady,
+    Cordoned,
+    FewerUnits { units: u64, class: &'a str },
+    NodeSelector,
+    NodeAffinity,
+    Taint { key: &'a str, effect: &'a str },
+    Insufficient(&'a str),
+}
+
+impl std::fmt::Display for Unfit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unfit::Gone => f.write_str("the node is gone"),
+            Unfit::NotReady => f.write_str("the node is not Ready"),
+            Unfit::Cordoned => f.write_str("the node is cordoned"),
+            Unfit::FewerUnits { units, class } => {
+                write!(f, "fewer than the {units} units of {class} it needs are free")
+            }
+            Unfit::NodeSelector => f.write_str("the pod's nodeSelector does not match"),
+            Unfit::NodeAffinity => f.write_str("the pod's required node affinity does not match"),
+            Unfit::Taint { key, effect } => write!(f, "taint {key}:{effect} is not tolerated"),
+            Unfit::Insufficient(resource) => write!(f, "Insufficient {resource}"),
         }
     }
 }
