@@ -182,7 +182,8 @@ pub fn schedule<'n>(
     }
     let wanted = feasible_nodes_to_find(nodes.len());
     let mut feasible = 0;
-    let mut misfits: BTreeMap<Misfit, u32> = BTreeMap::new();
+    // A handful of distinct misfits at most: a list searched by equality costs less than an ordered map per node.
+    let mut misfits: Vec<(Misfit, u32)> = Vec::new();
     let mut best: Option<(u64, &str)> = None;
     let mut ties = 0u32;
     for &(node, requested) in nodes[start..].iter().chain(&nodes[..start]) {
@@ -191,7 +192,10 @@ pub fn schedule<'n>(
         }
         sweep.processed += 1;
         match filter(pod, node, requested, placed(&node.name)) {
-            Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
+            Err(misfit) => match misfits.iter_mut().find(|(seen, _)| *seen == misfit) {
+                Some((_, count)) => *count += 1,
+                None => misfits.push((misfit, 1)),
+            },
             Ok(()) => {
                 feasible += 1;
                 let score = free_share(pod, node, requested);
@@ -230,15 +234,16 @@ pub fn schedule_pinned<'n>(
     if !pod.scheduling_gates.is_empty() {
         return Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() });
     }
-    let mut misfits: BTreeMap<Misfit, u32> = BTreeMap::new();
+    let mut misfits: Vec<(Misfit, u32)> = Vec::new();
     let others = total - u32::from(pinned.is_some());
     if others > 0 {
-        misfits.insert(Misfit::Selector, others);
+        misfits.push((Misfit::Selector, others));
     }
     if let Some((node, requested)) = pinned {
         match filter(pod, node, requested, placed(&node.name)) {
             Ok(()) => return Ok(node.name.as_str()),
-            Err(misfit) => *misfits.entry(misfit).or_insert(0) += 1,
+            // The message sums misfits by their text, so a second Selector entry counts with the first.
+            Err(misfit) => misfits.push((misfit, 1)),
         }
     }
     Err(Unschedulable { message: unschedulable_message(total, &misfits) })
@@ -255,7 +260,7 @@ fn free_share(pod: &Pod, node: &Node, requested: &Requested) -> u64 {
 
 /// `0/N nodes are available: <count> <reason>, ...`, the "count reason" strings sorted as text, as kube-scheduler's
 /// FitError sorts them.
-fn unschedulable_message(total: u32, misfits: &BTreeMap<Misfit<'_>, u32>) -> String {
+fn unschedulable_message(total: u32, misfits: &[(Misfit<'_>, u32)]) -> String {
     let mut by_text: BTreeMap<String, u32> = BTreeMap::new();
     for (misfit, count) in misfits {
         *by_text.entry(misfit.to_string()).or_insert(0) += count;
