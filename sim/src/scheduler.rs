@@ -94,20 +94,42 @@ pub fn filter<'a>(
     requested: &Requested,
     placed: Option<Misfit<'a>>,
 ) -> Result<(), Misfit<'a>> {
+    match node_verdict(pod, node).misfit(node) {
+        Some(misfit) => Err(misfit),
+        None => fits_resources(pod, node, requested, placed),
+    }
+}
+
+/// What the filters that read only the pod's spec and the node say (NodeUnschedulable, NodeAffinity, the not-ready
+/// taint, TaintToleration): the same for every pod of one shape until the node changes.
+fn node_verdict(pod: &Pod, node: &Node) -> NodeVerdict {
     if node.unschedulable {
-        return Err(Misfit::Cordoned);
+        return NodeVerdict::Cordoned;
     }
     if !matches_node_selector(&pod.node_selector, &node.labels)
         || pod.required_terms.as_ref().is_some_and(|terms| !matches_required_terms(terms, &node.name, &node.labels))
     {
-        return Err(Misfit::Selector);
+        return NodeVerdict::Selector;
     }
     if !node.ready {
-        return Err(Misfit::NotReady);
+        return NodeVerdict::NotReady;
     }
-    if let Some(taint) = untolerated_taint(&pod.tolerations, &node.taints) {
-        return Err(Misfit::Taint { key: &taint.key, value: taint.value.as_deref(), effect: &taint.effect });
+    match untolerated_taint(&pod.tolerations, &node.taints) {
+        Some(taint) => {
+            let index = node.taints.iter().position(|t| std::ptr::eq(t, taint)).expect("the taint is the node's");
+            NodeVerdict::Taint(index)
+        }
+        None => NodeVerdict::Passes,
     }
+}
+
+/// The filters after [`node_verdict`]'s: NodeResourcesFit on what the node's pods request, then `placed`.
+fn fits_resources<'a>(
+    pod: &'a Pod,
+    node: &'a Node,
+    requested: &Requested,
+    placed: Option<Misfit<'a>>,
+) -> Result<(), Misfit<'a>> {
     if requested.cpu_millis + pod.cpu_millis > node.cpu_millis {
         return Err(Misfit::Insufficient { resource: "cpu" });
     }
@@ -123,6 +145,92 @@ pub fn filter<'a>(
     match placed {
         Some(misfit) => Err(misfit),
         None => Ok(()),
+    }
+}
+
+/// [`node_verdict`]'s answer, kept without borrowing the node (a taint by its index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeVerdict {
+    Passes,
+    Cordoned,
+    Selector,
+    NotReady,
+    Taint(usize),
+}
+
+impl NodeVerdict {
+    fn misfit(self, node: &Node) -> Option<Misfit<'_>> {
+        match self {
+            NodeVerdict::Passes => None,
+            NodeVerdict::Cordoned => Some(Misfit::Cordoned),
+            NodeVerdict::Selector => Some(Misfit::Selector),
+            NodeVerdict::NotReady => Some(Misfit::NotReady),
+            NodeVerdict::Taint(index) => {
+                let taint = &node.taints[index];
+                Some(Misfit::Taint { key: &taint.key, value: taint.value.as_deref(), effect: &taint.effect })
+            }
+        }
+    }
+}
+
+/// Each node's [`node_verdict`] for the pod shapes searched lately: launchers of VMs without GPUs all share one
+/// nodeSelector, affinity and tolerations, and filtering their label rules on every node of a large cluster for every
+/// pod was most of the scheduler's time. A shape is the pod's nodeSelector, required node-affinity terms and
+/// tolerations compared by value; every verdict is dropped when any node changes (`nodes_written` moves). Only what
+/// the filters cost changes, never what they say: the verdicts are the filters' own.
+#[derive(Debug, Default)]
+pub struct NodeVerdicts {
+    nodes_written: u64,
+    shapes: Vec<(Shape, Vec<NodeVerdict>)>,
+}
+
+/// The pod fields [`node_verdict`] reads.
+#[derive(Debug, PartialEq)]
+struct Shape {
+    node_selector: std::sync::Arc<BTreeMap<String, String>>,
+    required_terms: Option<std::sync::Arc<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>>,
+    tolerations: std::sync::Arc<Vec<k8s_openapi::api::core::v1::Toleration>>,
+}
+
+impl Shape {
+    fn of(pod: &Pod) -> Self {
+        Shape {
+            node_selector: pod.node_selector.clone(),
+            required_terms: pod.required_terms.clone(),
+            tolerations: pod.tolerations.clone(),
+        }
+    }
+
+    fn is_of(&self, pod: &Pod) -> bool {
+        *self.node_selector == *pod.node_selector
+            && self.required_terms.as_deref() == pod.required_terms.as_deref()
+            && *self.tolerations == *pod.tolerations
+    }
+}
+
+impl NodeVerdicts {
+    /// Shapes kept at once: a bound on the memory (each holds a verdict per node); the oldest goes first.
+    const SHAPES_MAX: usize = 8;
+
+    /// The verdicts of `nodes` (the store's nodes, in name order) for `pod`'s shape, after `nodes_written` node
+    /// writes.
+    fn of(&mut self, pod: &Pod, nodes: &[(&Node, &Requested)], nodes_written: u64) -> &[NodeVerdict] {
+        if nodes_written != self.nodes_written {
+            self.shapes.clear();
+            self.nodes_written = nodes_written;
+        }
+        let index = match self.shapes.iter().position(|(shape, _)| shape.is_of(pod)) {
+            Some(index) => index,
+            None => {
+                if self.shapes.len() == Self::SHAPES_MAX {
+                    self.shapes.remove(0);
+                }
+                let verdicts = nodes.iter().map(|(node, _)| node_verdict(pod, node)).collect();
+                self.shapes.push((Shape::of(pod), verdicts));
+                self.shapes.len() - 1
+            }
+        };
+        &self.shapes[index].1
     }
 }
 
@@ -173,6 +281,7 @@ pub fn schedule<'n>(
     nodes: &[(&'n Node, &'n Requested)],
     start: usize,
     placed: impl Fn(&str) -> Option<Misfit<'static>>,
+    verdicts: (&mut NodeVerdicts, u64),
     rng: &mut ChaCha8Rng,
 ) -> (Result<&'n str, Unschedulable>, Sweep) {
     let start = if nodes.is_empty() { 0 } else { start % nodes.len() };
@@ -180,18 +289,26 @@ pub fn schedule<'n>(
     if !pod.scheduling_gates.is_empty() {
         return (Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() }), sweep);
     }
+    let (verdicts, nodes_written) = verdicts;
+    let verdicts = verdicts.of(pod, nodes, nodes_written);
     let wanted = feasible_nodes_to_find(nodes.len());
     let mut feasible = 0;
     // A handful of distinct misfits at most: a list searched by equality costs less than an ordered map per node.
     let mut misfits: Vec<(Misfit, u32)> = Vec::new();
     let mut best: Option<(u64, &str)> = None;
     let mut ties = 0u32;
-    for &(node, requested) in nodes[start..].iter().chain(&nodes[..start]) {
+    let order = (start..nodes.len()).chain(0..start);
+    for i in order {
+        let (node, requested) = nodes[i];
         if feasible == wanted {
             break;
         }
         sweep.processed += 1;
-        match filter(pod, node, requested, placed(&node.name)) {
+        let verdict = match verdicts[i].misfit(node) {
+            Some(misfit) => Err(misfit),
+            None => fits_resources(pod, node, requested, placed(&node.name)),
+        };
+        match verdict {
             Err(misfit) => match misfits.iter_mut().find(|(seen, _)| *seen == misfit) {
                 Some((_, count)) => *count += 1,
                 None => misfits.push((misfit, 1)),
@@ -329,7 +446,7 @@ mod tests {
         let requested = Requested::default();
         let mut rng = actor_stream(1, "scheduler");
         let nodes: Vec<_> = nodes.iter().map(|n| (n, &requested)).collect();
-        let (verdict, sweep) = schedule(&pod, &nodes, 0, |_| None, &mut rng);
+        let (verdict, sweep) = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep, Sweep { start: 0, processed: 3 }, "a pod that fits nowhere was filtered on every node");
         let verdict = verdict.unwrap_err();
         assert_eq!(
@@ -348,15 +465,19 @@ mod tests {
         let mut picks = BTreeMap::new();
         let mut rng = actor_stream(3, "scheduler");
         for _ in 0..200 {
-            let node = schedule(&pod, &nodes, 0, |_| None, &mut rng).0.unwrap();
+            let node = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng).0.unwrap();
             *picks.entry(node).or_insert(0) += 1;
         }
         assert!(!picks.contains_key("gpu-1"), "the loaded node loses");
         assert!(picks["gpu-2"] > 60 && picks["gpu-3"] > 60, "ties split: {picks:?}");
         let mut again = actor_stream(3, "scheduler");
-        let first = schedule(&pod, &nodes, 0, |_| None, &mut again).0.unwrap();
+        let first = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut again).0.unwrap();
         let mut replay = actor_stream(3, "scheduler");
-        assert_eq!(schedule(&pod, &nodes, 0, |_| None, &mut replay).0.unwrap(), first, "same stream, same pick");
+        assert_eq!(
+            schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut replay).0.unwrap(),
+            first,
+            "same stream, same pick"
+        );
     }
 
     #[test]
@@ -376,7 +497,7 @@ mod tests {
         let wanted = feasible_nodes_to_find(250);
         assert_eq!(wanted, 120, "48% of 250");
         let idle_nodes: Vec<_> = nodes.iter().map(|n| (n, &idle)).collect();
-        let (verdict, sweep) = schedule(&pod, &idle_nodes, 200, |_| None, &mut rng);
+        let (verdict, sweep) = schedule(&pod, &idle_nodes, 200, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep, Sweep { start: 200, processed: wanted });
         assert_eq!(sweep.next_start(250), 70, "the search wrapped around");
         let picked: usize = verdict.unwrap()["gpu-".len()..].parse().unwrap();
@@ -384,9 +505,58 @@ mod tests {
         // Nodes that do not fit do not count towards the feasible ones: the search goes on past them.
         let first_full: Vec<_> =
             nodes.iter().enumerate().map(|(i, n)| (n, if i < 100 { &full } else { &idle })).collect();
-        let (verdict, sweep) = schedule(&pod, &first_full, 0, |_| None, &mut rng);
+        let (verdict, sweep) = schedule(&pod, &first_full, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep.processed, 100 + wanted);
         assert!(verdict.unwrap() >= "gpu-100");
+    }
+
+    #[test]
+    fn cached_node_verdicts_say_what_the_filters_say_until_a_node_changes() {
+        use k8s_openapi::api::core::v1::Taint;
+        let mut nodes: Vec<Node> = (0..12).map(|i| gpu_node(&format!("gpu-{i:02}"), H100, 2)).collect();
+        nodes[1].unschedulable = true;
+        nodes[2].ready = false;
+        nodes[3].taints.push(Taint {
+            key: "dedicated".into(),
+            value: Some("x".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        });
+        nodes[4].labels.remove(gpuclaim_engine::keys::kubevirt::LABEL_SCHEDULABLE);
+        let plain = launcher(1);
+        let mut picky = launcher(1);
+        std::sync::Arc::make_mut(&mut picky.node_selector).insert("zone".into(), "a".into());
+        for node in &mut nodes[6..] {
+            node.labels.insert("zone".into(), "a".into());
+        }
+        let idle = Requested::default();
+        let busy = Requested { cpu_millis: nodes[0].cpu_millis, ..Requested::default() };
+        // A shared cache, asked for both shapes in turn, answers as a fresh one each time, from every start.
+        let mut cache = NodeVerdicts::default();
+        let search = |nodes: &[Node], pod: &Pod, start: usize, cache: &mut NodeVerdicts, written: u64| {
+            let with: Vec<_> =
+                nodes.iter().enumerate().map(|(i, n)| (n, if i % 5 == 0 { &busy } else { &idle })).collect();
+            let (verdict, sweep) = schedule(pod, &with, start, |_| None, (cache, written), &mut actor_stream(1, "s"));
+            (verdict.map(str::to_owned), sweep)
+        };
+        for start in 0..nodes.len() {
+            for pod in [&plain, &picky] {
+                let fresh = search(&nodes, pod, start, &mut NodeVerdicts::default(), 0);
+                assert_eq!(search(&nodes, pod, start, &mut cache, 0), fresh, "start {start}");
+            }
+        }
+        let everywhere_else = |nodes: &[Node], cache: &mut NodeVerdicts, written: u64| {
+            let with: Vec<_> = nodes.iter().map(|n| (n, &busy)).collect();
+            schedule(&plain, &with, 0, |_| None, (cache, written), &mut actor_stream(1, "s")).0.unwrap_err().message
+        };
+        let before = everywhere_else(&nodes, &mut cache, 0);
+        assert!(before.contains("1 node(s) had untolerated taint {dedicated: x}"), "{before}");
+        // A node write moves the count: the verdicts are taken again.
+        nodes[3].taints.clear();
+        nodes[1].unschedulable = false;
+        let after = everywhere_else(&nodes, &mut cache, 1);
+        assert_eq!(after, everywhere_else(&nodes, &mut NodeVerdicts::default(), 0));
+        assert!(!after.contains("taint {dedicated") && !after.contains("were unschedulable"), "{after}");
     }
 
     #[test]
@@ -395,7 +565,14 @@ mod tests {
         pod.scheduling_gates.push("gpu.cozystack.io/placement".into());
         let node = gpu_node("gpu-1", H100, 8);
         let idle = Requested::default();
-        let (verdict, _) = schedule(&pod, &[(&node, &idle)], 0, |_| None, &mut actor_stream(1, "scheduler"));
+        let (verdict, _) = schedule(
+            &pod,
+            &[(&node, &idle)],
+            0,
+            |_| None,
+            (&mut NodeVerdicts::default(), 0),
+            &mut actor_stream(1, "scheduler"),
+        );
         let verdict = verdict.unwrap_err();
         assert_eq!(verdict.message, MESSAGE_SCHEDULING_GATED);
     }

@@ -100,6 +100,8 @@ impl ApiError {
 pub struct ApiServer {
     store: View,
     revision: u64,
+    /// Node writes so far (see [`ApiServer::nodes_written`]).
+    nodes_written: u64,
     pub admission: Admission,
     watch: Watch,
 }
@@ -108,7 +110,18 @@ impl ApiServer {
     /// An API server holding `store` as loaded (its objects keep the resourceVersions they carry; new writes count
     /// on from `first_revision`).
     pub fn new(store: View, first_revision: u64) -> Self {
-        ApiServer { store, revision: first_revision, admission: Admission::default(), watch: Watch::default() }
+        ApiServer {
+            store,
+            revision: first_revision,
+            nodes_written: 0,
+            admission: Admission::default(),
+            watch: Watch::default(),
+        }
+    }
+
+    /// How many node writes there were: what the scheduler's cached node verdicts are valid for.
+    pub fn nodes_written(&self) -> u64 {
+        self.nodes_written
     }
 
     pub fn store(&self) -> &View {
@@ -312,6 +325,7 @@ impl ApiServer {
 
     /// Adds or replaces a node (the kubelet registering, or a node's spec and status changing).
     pub fn put_node(&mut self, mut node: Node) {
+        self.nodes_written += 1;
         node.resource_version = self.next_revision();
         self.watch.push(Change::Upsert(Object::Node(node.clone())));
         self.store.upsert_node(node);

@@ -231,6 +231,8 @@ pub struct World {
     requested: BTreeMap<String, Requested>,
     /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
     next_start_node: usize,
+    /// The scheduler's per-node verdicts of the filters that read only pod specs and nodes (see `NodeVerdicts`).
+    node_verdicts: crate::scheduler::NodeVerdicts,
     scheduling_queue: SchedulingQueue,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
@@ -272,6 +274,7 @@ impl World {
             vmi_retries: RateLimiter::default(),
             requested: BTreeMap::new(),
             next_start_node: 0,
+            node_verdicts: Default::default(),
             silent_nodes: BTreeMap::new(),
             migrations: BTreeMap::new(),
             migration_seq: 0,

@@ -59,7 +59,8 @@ impl World {
                     })
                     .collect();
                 let rng = self.streams.of("scheduler");
-                let (verdict, sweep) = schedule(pod, &nodes, self.next_start_node, placed, rng);
+                let verdicts = (&mut self.node_verdicts, self.api.nodes_written());
+                let (verdict, sweep) = schedule(pod, &nodes, self.next_start_node, placed, verdicts, rng);
                 self.next_start_node = sweep.next_start(nodes.len());
                 verdict.map(str::to_owned)
             }
