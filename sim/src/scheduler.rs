@@ -214,7 +214,7 @@ impl NodeVerdicts {
 
     /// The verdicts of `nodes` (the store's nodes, in name order) for `pod`'s shape, after `nodes_written` node
     /// writes.
-    fn of(&mut self, pod: &Pod, nodes: &[(&Node, &Requested)], nodes_written: u64) -> &[NodeVerdict] {
+    fn of(&mut self, pod: &Pod, nodes: &[&Node], nodes_written: u64) -> &[NodeVerdict] {
         if nodes_written != self.nodes_written {
             self.shapes.clear();
             self.nodes_written = nodes_written;
@@ -225,7 +225,7 @@ impl NodeVerdicts {
                 if self.shapes.len() == Self::SHAPES_MAX {
                     self.shapes.remove(0);
                 }
-                let verdicts = nodes.iter().map(|(node, _)| node_verdict(pod, node)).collect();
+                let verdicts = nodes.iter().map(|node| node_verdict(pod, node)).collect();
                 self.shapes.push((Shape::of(pod), verdicts));
                 self.shapes.len() - 1
             }
@@ -278,7 +278,8 @@ impl Sweep {
 /// and the sweep, for the next search's start.
 pub fn schedule<'n>(
     pod: &Pod,
-    nodes: &[(&'n Node, &'n Requested)],
+    nodes: &[&'n Node],
+    requested_on: impl Fn(&str) -> &'n Requested,
     start: usize,
     placed: impl Fn(&str) -> Option<Misfit<'static>>,
     verdicts: (&mut NodeVerdicts, u64),
@@ -299,21 +300,25 @@ pub fn schedule<'n>(
     let mut ties = 0u32;
     let order = (start..nodes.len()).chain(0..start);
     for i in order {
-        let (node, requested) = nodes[i];
+        let node = nodes[i];
         if feasible == wanted {
             break;
         }
         sweep.processed += 1;
+        // What the node's pods request is looked up only for nodes the pod's spec allows.
         let verdict = match verdicts[i].misfit(node) {
             Some(misfit) => Err(misfit),
-            None => fits_resources(pod, node, requested, placed(&node.name)),
+            None => {
+                let requested = requested_on(&node.name);
+                fits_resources(pod, node, requested, placed(&node.name)).map(|()| requested)
+            }
         };
         match verdict {
             Err(misfit) => match misfits.iter_mut().find(|(seen, _)| *seen == misfit) {
                 Some((_, count)) => *count += 1,
                 None => misfits.push((misfit, 1)),
             },
-            Ok(()) => {
+            Ok(requested) => {
                 feasible += 1;
                 let score = free_share(pod, node, requested);
                 match best {
@@ -400,6 +405,20 @@ mod tests {
 
     const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 
+    /// [`schedule`] over (node, what its pods request) pairs.
+    fn search<'n>(
+        pod: &Pod,
+        pairs: &[(&'n Node, &'n Requested)],
+        start: usize,
+        placed: impl Fn(&str) -> Option<Misfit<'static>>,
+        verdicts: (&mut NodeVerdicts, u64),
+        rng: &mut ChaCha8Rng,
+    ) -> (Result<&'n str, Unschedulable>, Sweep) {
+        let nodes: Vec<&Node> = pairs.iter().map(|(node, _)| *node).collect();
+        let requested = |name: &str| pairs.iter().find(|(node, _)| node.name == name).expect("a listed node").1;
+        schedule(pod, &nodes, requested, start, placed, verdicts, rng)
+    }
+
     fn launcher(units: u64) -> Pod {
         let attachments = r#"[{"template":0,"class":"h100","count":1}]"#;
         let mut pod = gated_launcher("tenant-a", "vm-1", attachments, H100, units, Time::UNIX_EPOCH);
@@ -446,7 +465,7 @@ mod tests {
         let requested = Requested::default();
         let mut rng = actor_stream(1, "scheduler");
         let nodes: Vec<_> = nodes.iter().map(|n| (n, &requested)).collect();
-        let (verdict, sweep) = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
+        let (verdict, sweep) = search(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep, Sweep { start: 0, processed: 3 }, "a pod that fits nowhere was filtered on every node");
         let verdict = verdict.unwrap_err();
         assert_eq!(
@@ -465,16 +484,16 @@ mod tests {
         let mut picks = BTreeMap::new();
         let mut rng = actor_stream(3, "scheduler");
         for _ in 0..200 {
-            let node = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng).0.unwrap();
+            let node = search(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng).0.unwrap();
             *picks.entry(node).or_insert(0) += 1;
         }
         assert!(!picks.contains_key("gpu-1"), "the loaded node loses");
         assert!(picks["gpu-2"] > 60 && picks["gpu-3"] > 60, "ties split: {picks:?}");
         let mut again = actor_stream(3, "scheduler");
-        let first = schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut again).0.unwrap();
+        let first = search(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut again).0.unwrap();
         let mut replay = actor_stream(3, "scheduler");
         assert_eq!(
-            schedule(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut replay).0.unwrap(),
+            search(&pod, &nodes, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut replay).0.unwrap(),
             first,
             "same stream, same pick"
         );
@@ -497,7 +516,7 @@ mod tests {
         let wanted = feasible_nodes_to_find(250);
         assert_eq!(wanted, 120, "48% of 250");
         let idle_nodes: Vec<_> = nodes.iter().map(|n| (n, &idle)).collect();
-        let (verdict, sweep) = schedule(&pod, &idle_nodes, 200, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
+        let (verdict, sweep) = search(&pod, &idle_nodes, 200, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep, Sweep { start: 200, processed: wanted });
         assert_eq!(sweep.next_start(250), 70, "the search wrapped around");
         let picked: usize = verdict.unwrap()["gpu-".len()..].parse().unwrap();
@@ -505,7 +524,7 @@ mod tests {
         // Nodes that do not fit do not count towards the feasible ones: the search goes on past them.
         let first_full: Vec<_> =
             nodes.iter().enumerate().map(|(i, n)| (n, if i < 100 { &full } else { &idle })).collect();
-        let (verdict, sweep) = schedule(&pod, &first_full, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
+        let (verdict, sweep) = search(&pod, &first_full, 0, |_| None, (&mut NodeVerdicts::default(), 0), &mut rng);
         assert_eq!(sweep.processed, 100 + wanted);
         assert!(verdict.unwrap() >= "gpu-100");
     }
@@ -533,21 +552,21 @@ mod tests {
         let busy = Requested { cpu_millis: nodes[0].cpu_millis, ..Requested::default() };
         // A shared cache, asked for both shapes in turn, answers as a fresh one each time, from every start.
         let mut cache = NodeVerdicts::default();
-        let search = |nodes: &[Node], pod: &Pod, start: usize, cache: &mut NodeVerdicts, written: u64| {
+        let sweep_from = |nodes: &[Node], pod: &Pod, start: usize, cache: &mut NodeVerdicts, written: u64| {
             let with: Vec<_> =
                 nodes.iter().enumerate().map(|(i, n)| (n, if i % 5 == 0 { &busy } else { &idle })).collect();
-            let (verdict, sweep) = schedule(pod, &with, start, |_| None, (cache, written), &mut actor_stream(1, "s"));
+            let (verdict, sweep) = search(pod, &with, start, |_| None, (cache, written), &mut actor_stream(1, "s"));
             (verdict.map(str::to_owned), sweep)
         };
         for start in 0..nodes.len() {
             for pod in [&plain, &picky] {
-                let fresh = search(&nodes, pod, start, &mut NodeVerdicts::default(), 0);
-                assert_eq!(search(&nodes, pod, start, &mut cache, 0), fresh, "start {start}");
+                let fresh = sweep_from(&nodes, pod, start, &mut NodeVerdicts::default(), 0);
+                assert_eq!(sweep_from(&nodes, pod, start, &mut cache, 0), fresh, "start {start}");
             }
         }
         let everywhere_else = |nodes: &[Node], cache: &mut NodeVerdicts, written: u64| {
             let with: Vec<_> = nodes.iter().map(|n| (n, &busy)).collect();
-            schedule(&plain, &with, 0, |_| None, (cache, written), &mut actor_stream(1, "s")).0.unwrap_err().message
+            search(&plain, &with, 0, |_| None, (cache, written), &mut actor_stream(1, "s")).0.unwrap_err().message
         };
         let before = everywhere_else(&nodes, &mut cache, 0);
         assert!(before.contains("1 node(s) had untolerated taint {dedicated: x}"), "{before}");
@@ -565,7 +584,7 @@ mod tests {
         pod.scheduling_gates.push("gpu.cozystack.io/placement".into());
         let node = gpu_node("gpu-1", H100, 8);
         let idle = Requested::default();
-        let (verdict, _) = schedule(
+        let (verdict, _) = search(
             &pod,
             &[(&node, &idle)],
             0,

@@ -228,7 +228,8 @@ pub struct World {
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
     /// The scheduler's own count of what the pods bound to each node request.
-    requested: BTreeMap<String, Requested>,
+    /// What the pods bound to each node request (looked up by node only: hashed with a fixed seed).
+    requested: std::collections::HashMap<String, Requested, foldhash::fast::FixedState>,
     /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
     next_start_node: usize,
     /// The scheduler's per-node verdicts of the filters that read only pod specs and nodes (see `NodeVerdicts`).
@@ -272,7 +273,7 @@ impl World {
             vms: HashMap::default(),
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
-            requested: BTreeMap::new(),
+            requested: Default::default(),
             next_start_node: 0,
             node_verdicts: Default::default(),
             silent_nodes: BTreeMap::new(),

@@ -47,20 +47,12 @@ impl World {
                 schedule_pinned(pod, node, placed, total).map(str::to_owned)
             }
             None => {
-                // Nodes and the scheduler's counts are both in name order: walked side by side, a node's count is
-                // found without a search of its own.
-                let mut counts = self.requested.iter().peekable();
-                let nodes: Vec<(&Node, &Requested)> = store
-                    .nodes()
-                    .map(|node| {
-                        while counts.next_if(|(name, _)| name.as_str() < node.name.as_str()).is_some() {}
-                        let count = counts.next_if(|(name, _)| **name == node.name).map_or(&empty, |(_, r)| r);
-                        (node, count)
-                    })
-                    .collect();
+                let nodes: Vec<&Node> = store.nodes().collect();
+                let requested = &self.requested;
+                let requested_on = |node: &str| requested.get(node).unwrap_or(&empty);
                 let rng = self.streams.of("scheduler");
                 let verdicts = (&mut self.node_verdicts, self.api.nodes_written());
-                let (verdict, sweep) = schedule(pod, &nodes, self.next_start_node, placed, verdicts, rng);
+                let (verdict, sweep) = schedule(pod, &nodes, requested_on, self.next_start_node, placed, verdicts, rng);
                 self.next_start_node = sweep.next_start(nodes.len());
                 verdict.map(str::to_owned)
             }
