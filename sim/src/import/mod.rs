@@ -285,26 +285,11 @@ pub fn duration_text(ms: u64) -> String {
     if ms.is_multiple_of(1_000) { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
 }
 
-/// A JSON value as a YAML flow node: mappings with bare keys (every key written here is a plain word), scalars in
-/// JSON's form, which YAML reads the same.
+/// A JSON value as a YAML flow node: mappings with bare keys where a key is a plain word (quoted otherwise, as the
+/// label keys `nvidia.com/gpu.product` are), scalars in JSON's form, which YAML reads the same.
 fn flow(value: &Value, out: &mut String) {
     match value {
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (key, value)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                if key.chars().all(|c| c.is_ascii_alphanumeric()) {
-                    out.push_str(key);
-                } else {
-                    out.push_str(&value_text(&Value::String(key.clone())));
-                }
-                out.push_str(": ");
-                flow(value, out);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => flow_mapping(map.iter().map(|(key, value)| (key.as_str(), value)), out),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -319,6 +304,23 @@ fn flow(value: &Value, out: &mut String) {
     }
 }
 
+fn flow_mapping<'a>(pairs: impl Iterator<Item = (&'a str, &'a Value)>, out: &mut String) {
+    out.push('{');
+    for (i, (key, value)) in pairs.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        if key.chars().all(|c| c.is_ascii_alphanumeric()) {
+            out.push_str(key);
+        } else {
+            out.push_str(&value_text(&json!(key)));
+        }
+        out.push_str(": ");
+        flow(value, out);
+    }
+    out.push('}');
+}
+
 fn value_text(value: &Value) -> String {
     serde_json::to_string(value).expect("a JSON value serializes")
 }
@@ -329,16 +331,8 @@ struct Row(Vec<(&'static str, Value)>);
 
 impl Row {
     fn yaml(&self) -> String {
-        let mut out = String::from("{");
-        for (i, (key, value)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(key);
-            out.push_str(": ");
-            flow(value, &mut out);
-        }
-        out.push('}');
+        let mut out = String::new();
+        flow_mapping(self.0.iter().map(|(key, value)| (*key, value)), &mut out);
         out
     }
 
