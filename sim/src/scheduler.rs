@@ -213,9 +213,11 @@ impl NodeVerdicts {
     const SHAPES_MAX: usize = 8;
 
     /// The verdicts of `nodes` (the store's nodes, in name order) for `pod`'s shape, after `nodes_written` node
-    /// writes.
+    /// writes. A different node count also drops them: verdicts are by position, so a list that changed without a
+    /// counted write must not be read against the old one.
     fn of(&mut self, pod: &Pod, nodes: &[&Node], nodes_written: u64) -> &[NodeVerdict] {
-        if nodes_written != self.nodes_written {
+        let stale = self.shapes.first().is_some_and(|(_, verdicts)| verdicts.len() != nodes.len());
+        if nodes_written != self.nodes_written || stale {
             self.shapes.clear();
             self.nodes_written = nodes_written;
         }

@@ -330,6 +330,15 @@ fn value_text(value: &Value) -> String {
 struct Row(Vec<(&'static str, Value)>);
 
 impl Row {
+    /// The row with `map` under `key`, when there is anything in it (empty maps are left out, as the format's
+    /// optional fields are).
+    fn with_map(mut self, key: &'static str, map: &BTreeMap<String, impl serde::Serialize>) -> Row {
+        if !map.is_empty() {
+            self.0.push((key, json!(map)));
+        }
+        self
+    }
+
     fn yaml(&self) -> String {
         let mut out = String::new();
         flow_mapping(self.0.iter().map(|(key, value)| (*key, value)), &mut out);
@@ -346,33 +355,27 @@ impl Row {
 impl Imported {
     fn class_rows(&self) -> Vec<Row> {
         let rows = self.classes.iter().map(|class| {
-            let mut row = vec![
+            Row(vec![
                 ("name", json!(class.name)),
                 ("resourceName", json!(class.resource_name)),
                 ("mode", json!(class.mode)),
                 ("maxCount", json!(class.max_count)),
-            ];
-            if !class.node_selector.is_empty() {
-                row.push(("nodeSelector", json!(class.node_selector)));
-            }
-            Row(row)
+            ])
+            .with_map("nodeSelector", &class.node_selector)
         });
         rows.collect()
     }
 
     fn node_rows(&self) -> Vec<Row> {
         let rows = self.nodes.iter().map(|group| {
-            let mut row = vec![
+            Row(vec![
                 ("prefix", json!(group.prefix)),
                 ("count", json!(group.count)),
                 ("cpu", json!(format!("{}m", group.cpu_millis))),
                 ("memory", json!(format!("{}Mi", group.memory_mib))),
                 ("devices", json!(group.devices)),
-            ];
-            if !group.labels.is_empty() {
-                row.push(("labels", json!(group.labels)));
-            }
-            Row(row)
+            ])
+            .with_map("labels", &group.labels)
         });
         rows.collect()
     }
