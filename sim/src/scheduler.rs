@@ -20,34 +20,91 @@ pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 /// The API server's message while a pod is gated.
 pub const MESSAGE_SCHEDULING_GATED: &str = "Scheduling is blocked due to non-empty scheduling gates";
 
-/// What the pods bound to a node request.
+/// Extended resource names as small numbers, so that filtering a node compares integers rather than names that
+/// share long prefixes (`devices.kubevirt.io/…`, `nvidia.com/…`). A name keeps its number for the whole run: what
+/// each node's pods request is counted by it.
+#[derive(Clone, Debug, Default)]
+pub struct Resources {
+    ids: BTreeMap<String, usize>,
+}
+
+impl Resources {
+    /// The number of `name`, given it now if it has none.
+    pub fn id(&mut self, name: &str) -> usize {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.ids.len();
+        self.ids.insert(name.to_owned(), id);
+        id
+    }
+
+    /// The number of `name`, if it has one (a resource without one is requested by no pod counted so far).
+    pub fn get(&self, name: &str) -> Option<usize> {
+        self.ids.get(name).copied()
+    }
+
+    /// Units per resource number.
+    fn units(&mut self, devices: &BTreeMap<String, u64>) -> Vec<u64> {
+        let mut units = Vec::new();
+        for (name, count) in devices {
+            let id = self.id(name);
+            if units.len() <= id {
+                units.resize(id + 1, 0);
+            }
+            units[id] = *count;
+        }
+        units
+    }
+}
+
+/// What the pods bound to a node request; extended resources by their [`Resources`] number.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Requested {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
-    pub devices: BTreeMap<String, u64>,
+    devices: Vec<u64>,
 }
 
 impl Requested {
-    pub fn add(&mut self, pod: &Pod) {
+    pub fn add(&mut self, pod: &Pod, resources: &mut Resources) {
         self.cpu_millis += pod.cpu_millis;
         self.memory_bytes += pod.memory_bytes;
         for (resource, units) in pod.devices.iter() {
-            *self.devices.entry(resource.clone()).or_insert(0) += units;
+            self.add_units(resources.id(resource), *units);
         }
     }
 
-    pub fn remove(&mut self, pod: &Pod) {
+    pub fn remove(&mut self, pod: &Pod, resources: &Resources) {
         self.cpu_millis = self.cpu_millis.checked_sub(pod.cpu_millis).expect("a pod is uncounted once");
         self.memory_bytes = self.memory_bytes.checked_sub(pod.memory_bytes).expect("a pod is uncounted once");
         for (resource, units) in pod.devices.iter() {
-            let total = self.devices.get_mut(resource).expect("a pod is uncounted once");
+            let id = resources.get(resource).expect("a pod is uncounted once");
+            let total = self.devices.get_mut(id).expect("a pod is uncounted once");
             *total = total.checked_sub(*units).expect("a pod is uncounted once");
-            if *total == 0 {
-                self.devices.remove(resource);
-            }
         }
     }
+
+    /// Counts `units` more of resource number `id`.
+    pub fn add_units(&mut self, id: usize, units: u64) {
+        if self.devices.len() <= id {
+            self.devices.resize(id + 1, 0);
+        }
+        self.devices[id] += units;
+    }
+
+    /// Units of resource number `id` requested.
+    fn units(&self, id: Option<usize>) -> u64 {
+        id.and_then(|id| self.devices.get(id)).copied().unwrap_or(0)
+    }
+}
+
+/// One extended resource a pod requests: its number (none if no node or pod has named it yet), name and units.
+#[derive(Clone, Copy, Debug)]
+struct Want<'a> {
+    id: Option<usize>,
+    name: &'a str,
+    units: u64,
 }
 
 /// Why one node does not take a pod, as the scheduler's filter plugins word it. It borrows from the pod and the
@@ -93,11 +150,21 @@ pub fn filter<'a>(
     node: &'a Node,
     requested: &Requested,
     placed: Option<Misfit<'a>>,
+    resources: &Resources,
 ) -> Result<(), Misfit<'a>> {
     match node_verdict(pod, node).misfit(node) {
         Some(misfit) => Err(misfit),
-        None => fits_resources(pod, node, requested, placed),
+        None => {
+            let wants = wants(pod, |name| resources.get(name));
+            let allocatable = |want: &Want| node.devices.get(want.name).copied().unwrap_or(0);
+            fits_resources(pod, &wants, allocatable, node, requested, placed)
+        }
     }
+}
+
+/// The extended resources `pod` requests, in name order, numbered by `id`.
+fn wants<'a>(pod: &'a Pod, mut id: impl FnMut(&str) -> Option<usize>) -> Vec<Want<'a>> {
+    pod.devices.iter().map(|(name, units)| Want { id: id(name), name, units: *units }).collect()
 }
 
 /// What the filters that read only the pod's spec and the node say (NodeUnschedulable, NodeAffinity, the not-ready
@@ -123,10 +190,13 @@ fn node_verdict(pod: &Pod, node: &Node) -> NodeVerdict {
     }
 }
 
-/// The filters after [`node_verdict`]'s: NodeResourcesFit on what the node's pods request, then `placed`.
+/// The filters after [`node_verdict`]'s: NodeResourcesFit on what the node's pods request (`wants`, the pod's
+/// extended resources; `allocatable`, the node's units of one), then `placed`.
 fn fits_resources<'a>(
-    pod: &'a Pod,
-    node: &'a Node,
+    pod: &Pod,
+    wants: &[Want<'a>],
+    allocatable: impl Fn(&Want) -> u64,
+    node: &Node,
     requested: &Requested,
     placed: Option<Misfit<'a>>,
 ) -> Result<(), Misfit<'a>> {
@@ -136,10 +206,9 @@ fn fits_resources<'a>(
     if requested.memory_bytes + pod.memory_bytes > node.memory_bytes {
         return Err(Misfit::Insufficient { resource: "memory" });
     }
-    for (resource, units) in pod.devices.iter() {
-        let used = requested.devices.get(resource).copied().unwrap_or(0);
-        if used + units > node.devices.get(resource).copied().unwrap_or(0) {
-            return Err(Misfit::Insufficient { resource });
+    for want in wants {
+        if requested.units(want.id) + want.units > allocatable(want) {
+            return Err(Misfit::Insufficient { resource: want.name });
         }
     }
     match placed {
@@ -178,10 +247,16 @@ impl NodeVerdict {
 /// pod was most of the scheduler's time. A shape is the pod's nodeSelector, required node-affinity terms and
 /// tolerations compared by value; every verdict is dropped when any node changes (`nodes_written` moves). Only what
 /// the filters cost changes, never what they say: the verdicts are the filters' own.
+///
+/// Each node's allocatable extended resources are kept the same way, by resource number, so the resource filter
+/// reads integers; the numbers themselves ([`Resources`]) are kept for the run.
 #[derive(Debug, Default)]
 pub struct NodeVerdicts {
     nodes_written: u64,
     shapes: Vec<(Shape, Vec<NodeVerdict>)>,
+    /// Units per resource number, per node position.
+    allocatable: Vec<Vec<u64>>,
+    resources: Resources,
 }
 
 /// The pod fields [`node_verdict`] reads.
@@ -215,11 +290,14 @@ impl NodeVerdicts {
     /// The verdicts of `nodes` (the store's nodes, in name order) for `pod`'s shape, after `nodes_written` node
     /// writes. A different node count also drops them: verdicts are by position, so a list that changed without a
     /// counted write must not be read against the old one.
-    fn of(&mut self, pod: &Pod, nodes: &[&Node], nodes_written: u64) -> &[NodeVerdict] {
-        let stale = self.shapes.first().is_some_and(|(_, verdicts)| verdicts.len() != nodes.len());
+    fn of(&mut self, pod: &Pod, nodes: &[&Node], nodes_written: u64) -> (&[NodeVerdict], &[Vec<u64>]) {
+        let stale = self.shapes.first().is_some_and(|(_, verdicts)| verdicts.len() != nodes.len())
+            || self.allocatable.len() != nodes.len();
         if nodes_written != self.nodes_written || stale {
             self.shapes.clear();
             self.nodes_written = nodes_written;
+            let resources = &mut self.resources;
+            self.allocatable = nodes.iter().map(|node| resources.units(&node.devices)).collect();
         }
         let index = match self.shapes.iter().position(|(shape, _)| shape.is_of(pod)) {
             Some(index) => index,
@@ -232,7 +310,16 @@ impl NodeVerdicts {
                 self.shapes.len() - 1
             }
         };
-        &self.shapes[index].1
+        (&self.shapes[index].1, &self.allocatable)
+    }
+
+    /// The resource numbers what nodes' pods request is counted by.
+    pub fn resources(&self) -> &Resources {
+        &self.resources
+    }
+
+    pub fn resources_mut(&mut self) -> &mut Resources {
+        &mut self.resources
     }
 }
 
@@ -292,8 +379,9 @@ pub fn schedule<'n>(
     if !pod.scheduling_gates.is_empty() {
         return (Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() }), sweep);
     }
-    let (verdicts, nodes_written) = verdicts;
-    let verdicts = verdicts.of(pod, nodes, nodes_written);
+    let (cache, nodes_written) = verdicts;
+    let wants = wants(pod, |name| Some(cache.resources.id(name)));
+    let (verdicts, allocatable) = cache.of(pod, nodes, nodes_written);
     let wanted = feasible_nodes_to_find(nodes.len());
     let mut feasible = 0;
     // A handful of distinct misfits at most: a list searched by equality costs less than an ordered map per node.
@@ -312,7 +400,8 @@ pub fn schedule<'n>(
             Some(misfit) => Err(misfit),
             None => {
                 let requested = requested_on(&node.name);
-                fits_resources(pod, node, requested, placed(&node.name)).map(|()| requested)
+                let allocatable = |want: &Want| want.id.and_then(|id| allocatable[i].get(id)).copied().unwrap_or(0);
+                fits_resources(pod, &wants, allocatable, node, requested, placed(&node.name)).map(|()| requested)
             }
         };
         match verdict {
@@ -354,6 +443,7 @@ pub fn schedule_pinned<'n>(
     pinned: Option<(&'n Node, &'n Requested)>,
     placed: impl Fn(&str) -> Option<Misfit<'static>>,
     total: u32,
+    resources: &Resources,
 ) -> Result<&'n str, Unschedulable> {
     if !pod.scheduling_gates.is_empty() {
         return Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() });
@@ -364,7 +454,7 @@ pub fn schedule_pinned<'n>(
         misfits.push((Misfit::Selector, others));
     }
     if let Some((node, requested)) = pinned {
-        match filter(pod, node, requested, placed(&node.name)) {
+        match filter(pod, node, requested, placed(&node.name), resources) {
             Ok(()) => return Ok(node.name.as_str()),
             // The message sums misfits by their text, so a second Selector entry counts with the first.
             Err(misfit) => misfits.push((misfit, 1)),
@@ -433,9 +523,12 @@ mod tests {
         let pod = launcher(2);
         let node = gpu_node("gpu-1", H100, 2);
         let idle = Requested::default();
+        let mut resources = Resources::default();
+        let h100 = resources.id(H100);
+        let filter = |pod, node, requested, placed| filter(pod, node, requested, placed, &resources);
         assert_eq!(filter(&pod, &node, &idle, None), Ok(()));
         let mut busy = Requested::default();
-        busy.devices.insert(H100.to_owned(), 1);
+        busy.add_units(h100, 1);
         assert_eq!(filter(&pod, &node, &busy, None), Err(Misfit::Insufficient { resource: H100 }));
         let mut untolerated = pod.clone();
         untolerated.tolerations = Default::default();
@@ -474,6 +567,29 @@ mod tests {
             verdict.message,
             format!("0/3 nodes are available: 1 node(s) had untolerated taint {{none: }}, 2 Insufficient {H100}.")
         );
+    }
+
+    #[test]
+    fn what_bound_pods_request_is_counted_by_resource_number() {
+        let nodes = [gpu_node("gpu-1", H100, 8), gpu_node("gpu-2", H100, 8)];
+        let mut cache = NodeVerdicts::default();
+        // Units bound before the cache ever saw a node: the numbers are shared, whoever gives them first.
+        let mut seven = Requested::default();
+        seven.add(&launcher(7), cache.resources_mut());
+        let idle = Requested::default();
+        let mut rng = actor_stream(1, "scheduler");
+        let pairs: Vec<_> = nodes.iter().zip([&seven, &idle]).collect();
+        let (verdict, _) = search(&launcher(2), &pairs, 0, |_| None, (&mut cache, 0), &mut rng);
+        assert_eq!(verdict, Ok("gpu-2"), "one unit left on gpu-1");
+        let mut six = Requested::default();
+        six.add(&launcher(6), cache.resources_mut());
+        let pairs: Vec<_> = nodes.iter().zip([&seven, &six]).collect();
+        let (verdict, _) = search(&launcher(3), &pairs, 0, |_| None, (&mut cache, 0), &mut rng);
+        assert_eq!(verdict.unwrap_err().message, format!("0/2 nodes are available: 2 Insufficient {H100}."));
+        six.remove(&launcher(6), cache.resources());
+        let pairs: Vec<_> = nodes.iter().zip([&seven, &six]).collect();
+        let (verdict, _) = search(&launcher(3), &pairs, 0, |_| None, (&mut cache, 0), &mut rng);
+        assert_eq!(verdict, Ok("gpu-2"), "the units went with the pod");
     }
 
     #[test]

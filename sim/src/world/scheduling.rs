@@ -44,7 +44,7 @@ impl World {
             // Pinned by the GPU controller: only that node can pass node affinity.
             Some(pinned) => {
                 let node = store.node(pinned).map(|n| (n, self.requested.get(pinned).unwrap_or(&empty)));
-                schedule_pinned(pod, node, placed, total).map(str::to_owned)
+                schedule_pinned(pod, node, placed, total, self.node_verdicts.resources()).map(str::to_owned)
             }
             None => {
                 let nodes: Vec<&Node> = store.nodes().collect();
@@ -59,7 +59,8 @@ impl World {
         };
         match verdict {
             Ok(node) => {
-                self.requested.entry(node.clone()).or_default().add(pod);
+                let resources = self.node_verdicts.resources_mut();
+                self.requested.entry(node.clone()).or_default().add(pod, resources);
                 self.api
                     .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.clone()))
                     .expect("read above");
@@ -113,7 +114,8 @@ impl World {
         self.scheduling_queue.forget(namespace, name);
         let Some(pod) = self.api.store().pod(namespace, name) else { return };
         if let (Some(node), false) = (pod.node_name.as_ref(), pod.phase.is_terminal()) {
-            self.requested.get_mut(node).expect("a bound pod is counted").remove(pod);
+            let resources = self.node_verdicts.resources();
+            self.requested.get_mut(node).expect("a bound pod is counted").remove(pod, resources);
         }
     }
 
