@@ -6,6 +6,7 @@
 //! queue) in step with the objects, so no decision scans what an index can answer.
 
 mod capacity;
+mod nodes;
 mod objects;
 mod tenant;
 
@@ -25,7 +26,7 @@ pub struct View {
     classes: BTreeMap<String, Class>,
     tenants: BTreeMap<String, Tenant>,
     pub settings: Settings,
-    nodes: BTreeMap<String, Node>,
+    nodes: nodes::Nodes,
     /// namespace → name → pod; only pods the controller watches (those with the claims label) and pods that take
     /// devices or CPU on nodes need to be here.
     /// Hashed (see [`Nested`]): looked up on every event, listed rarely (a drain, a resync), sorted then.
@@ -93,7 +94,7 @@ impl View {
     }
 
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.values()
+        self.nodes.iter()
     }
 
     pub fn node_count(&self) -> usize {
@@ -286,7 +287,7 @@ impl View {
     /// The placement side of [`View::count_claim`]: node units and the units attached to the claim's VMI there.
     fn count_claim_units(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
         let Some(node) = claim.node.as_deref() else { return };
-        if adding && !self.nodes.contains_key(node) {
+        if adding && !self.nodes.contains(node) {
             self.unavailable.insert(node.to_owned());
         }
         self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
@@ -391,7 +392,7 @@ impl View {
         } else {
             self.unavailable.insert(name.clone());
         }
-        self.nodes.insert(name.clone(), node);
+        self.nodes.insert(node);
         self.reindex_node(&name);
     }
 
@@ -593,8 +594,8 @@ impl View {
         self.pod_devices.clear();
         self.capacity.set_resources(self.classes.values());
         for class in self.classes.values() {
-            for (name, node) in &self.nodes {
-                self.capacity.refresh(class, name, Some(node));
+            for node in self.nodes.iter() {
+                self.capacity.refresh(class, &node.name, Some(node));
             }
         }
         let claims: Vec<(String, ClaimIndexed)> =
