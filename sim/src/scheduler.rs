@@ -48,18 +48,22 @@ impl Resources {
     fn units(&mut self, devices: &BTreeMap<String, u64>) -> Vec<u64> {
         let mut units = Vec::new();
         for (name, count) in devices {
-            let id = self.id(name);
-            if units.len() <= id {
-                units.resize(id + 1, 0);
-            }
-            units[id] = *count;
+            *slot(&mut units, self.id(name)) = *count;
         }
         units
     }
 }
 
+/// Resource number `id`'s entry in a list of units by number, the list grown to hold it.
+fn slot(units: &mut Vec<u64>, id: usize) -> &mut u64 {
+    if units.len() <= id {
+        units.resize(id + 1, 0);
+    }
+    &mut units[id]
+}
+
 /// What the pods bound to a node request; extended resources by their [`Resources`] number.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Requested {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
@@ -87,10 +91,7 @@ impl Requested {
 
     /// Counts `units` more of resource number `id`.
     pub fn add_units(&mut self, id: usize, units: u64) {
-        if self.devices.len() <= id {
-            self.devices.resize(id + 1, 0);
-        }
-        self.devices[id] += units;
+        *slot(&mut self.devices, id) += units;
     }
 
     /// Units of resource number `id` requested.
