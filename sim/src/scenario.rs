@@ -351,10 +351,6 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError
 
 /// Parses a scenario, naming the field that does not fit.
 pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
-    // Through JSON values: a VM's `gpus` entries are maps (`{claimTemplate: ...}`), which YAML's enum mapping would
-    // want as tags.
-    // JSON is YAML, and serde_json reads it about ten times faster than the YAML parser (an imported trace is
-    // megabytes): a document that opens as a JSON object is tried as JSON first, and YAML still reads it if not.
     // A JSON document is read straight from the text first: an imported trace's scenario is megabytes, and going
     // through values doubled its parse. Any error takes the path through values, whose messages name the field.
     let direct = if text.trim_start().starts_with('{') { serde_json::from_str::<Scenario>(text).ok() } else { None };
@@ -369,6 +365,10 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
 
 /// A scenario through JSON values (see [`parse_scenario`]).
 fn parse_value(text: &str) -> Result<Scenario, ScenarioError> {
+    // Through JSON values: a VM's `gpus` entries are maps (`{claimTemplate: ...}`), which YAML's enum mapping would
+    // want as tags.
+    // JSON is YAML, and serde_json reads it about ten times faster than the YAML parser (an imported trace is
+    // megabytes): a document that opens as a JSON object is tried as JSON first, and YAML still reads it if not.
     let json = text.trim_start().starts_with('{').then(|| serde_json::from_str(text).ok()).flatten();
     let value: serde_json::Value = match json {
         Some(value) => value,
