@@ -353,7 +353,7 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError
 pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     // A JSON document is read straight from the text first: an imported trace's scenario is megabytes, and going
     // through values doubled its parse. Any error takes the path through values, whose messages name the field.
-    let direct = if text.trim_start().starts_with('{') { serde_json::from_str::<Scenario>(text).ok() } else { None };
+    let direct = if opens_as_json(text) { serde_json::from_str::<Scenario>(text).ok() } else { None };
     let scenario = match direct {
         Some(scenario) => scenario,
         None => parse_value(text)?,
@@ -363,13 +363,18 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     Ok(scenario)
 }
 
+/// Whether a document opens as a JSON object (and may be JSON rather than YAML).
+fn opens_as_json(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
 /// A scenario through JSON values (see [`parse_scenario`]).
 fn parse_value(text: &str) -> Result<Scenario, ScenarioError> {
     // Through JSON values: a VM's `gpus` entries are maps (`{claimTemplate: ...}`), which YAML's enum mapping would
     // want as tags.
     // JSON is YAML, and serde_json reads it about ten times faster than the YAML parser (an imported trace is
     // megabytes): a document that opens as a JSON object is tried as JSON first, and YAML still reads it if not.
-    let json = text.trim_start().starts_with('{').then(|| serde_json::from_str(text).ok()).flatten();
+    let json = opens_as_json(text).then(|| serde_json::from_str(text).ok()).flatten();
     let value: serde_json::Value = match json {
         Some(value) => value,
         None => serde_yaml_ng::from_str(text).map_err(|e| invalid("(scenario)", format!("not valid YAML: {e}")))?,

@@ -156,16 +156,15 @@ pub fn filter<'a>(
     match node_verdict(pod, node).misfit(node) {
         Some(misfit) => Err(misfit),
         None => {
-            let wants = wants(pod, |name| resources.get(name));
             let allocatable = |want: &Want| node.devices.get(want.name).copied().unwrap_or(0);
-            fits_resources(pod, &wants, allocatable, node, requested, placed)
+            fits_resources(pod, wants(pod, |name| resources.get(name)), allocatable, node, requested, placed)
         }
     }
 }
 
 /// The extended resources `pod` requests, in name order, numbered by `id`.
-fn wants<'a>(pod: &'a Pod, mut id: impl FnMut(&str) -> Option<usize>) -> Vec<Want<'a>> {
-    pod.devices.iter().map(|(name, units)| Want { id: id(name), name, units: *units }).collect()
+fn wants<'a>(pod: &'a Pod, mut id: impl FnMut(&str) -> Option<usize>) -> impl Iterator<Item = Want<'a>> {
+    pod.devices.iter().map(move |(name, units)| Want { id: id(name), name, units: *units })
 }
 
 /// What the filters that read only the pod's spec and the node say (NodeUnschedulable, NodeAffinity, the not-ready
@@ -195,7 +194,7 @@ fn node_verdict(pod: &Pod, node: &Node) -> NodeVerdict {
 /// extended resources; `allocatable`, the node's units of one), then `placed`.
 fn fits_resources<'a>(
     pod: &Pod,
-    wants: &[Want<'a>],
+    wants: impl IntoIterator<Item = Want<'a>>,
     allocatable: impl Fn(&Want) -> u64,
     node: &Node,
     requested: &Requested,
@@ -208,7 +207,7 @@ fn fits_resources<'a>(
         return Err(Misfit::Insufficient { resource: "memory" });
     }
     for want in wants {
-        if requested.units(want.id) + want.units > allocatable(want) {
+        if requested.units(want.id) + want.units > allocatable(&want) {
             return Err(Misfit::Insufficient { resource: want.name });
         }
     }
@@ -292,8 +291,8 @@ impl NodeVerdicts {
     /// writes. A different node count also drops them: verdicts are by position, so a list that changed without a
     /// counted write must not be read against the old one.
     fn of(&mut self, pod: &Pod, nodes: &[&Node], nodes_written: u64) -> (&[NodeVerdict], &[Vec<u64>]) {
-        let stale = self.shapes.first().is_some_and(|(_, verdicts)| verdicts.len() != nodes.len())
-            || self.allocatable.len() != nodes.len();
+        // Every shape's verdicts are as long as the allocatable list: one length says whether the positions hold.
+        let stale = self.allocatable.len() != nodes.len();
         if nodes_written != self.nodes_written || stale {
             self.shapes.clear();
             self.nodes_written = nodes_written;
@@ -381,7 +380,8 @@ pub fn schedule<'n>(
         return (Err(Unschedulable { message: MESSAGE_SCHEDULING_GATED.to_owned() }), sweep);
     }
     let (cache, nodes_written) = verdicts;
-    let wants = wants(pod, |name| Some(cache.resources.id(name)));
+    // Numbered once per search, not per node.
+    let wants: Vec<Want> = wants(pod, |name| Some(cache.resources.id(name))).collect();
     let (verdicts, allocatable) = cache.of(pod, nodes, nodes_written);
     let wanted = feasible_nodes_to_find(nodes.len());
     let mut feasible = 0;
@@ -402,7 +402,8 @@ pub fn schedule<'n>(
             None => {
                 let requested = requested_on(&node.name);
                 let allocatable = |want: &Want| want.id.and_then(|id| allocatable[i].get(id)).copied().unwrap_or(0);
-                fits_resources(pod, &wants, allocatable, node, requested, placed(&node.name)).map(|()| requested)
+                let placed = placed(&node.name);
+                fits_resources(pod, wants.iter().copied(), allocatable, node, requested, placed).map(|()| requested)
             }
         };
         match verdict {
