@@ -220,15 +220,15 @@ impl Cached for GPUClaim {
     fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
         let (namespace, name) = key_of(self);
         view.upsert_claim(convert::claim_from_kube(self, &namespace));
-        changes.claims.insert((namespace, name));
+        changes.claims.insert((namespace.into(), name.into()));
         Ok(())
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_claim(namespace, name);
-        changes.claims.insert((namespace.clone(), name.clone()));
+        changes.claims.insert((namespace.as_str().into(), name.as_str().into()));
     }
     fn view_keys(view: &View) -> Vec<Key> {
-        view.claims().map(|c| (c.namespace.clone(), c.name.clone())).collect()
+        view.claims().map(|c| (c.namespace.to_string(), c.name.to_string())).collect()
     }
 }
 
@@ -242,7 +242,7 @@ impl Cached for GPUUsage {
         view.remove_usage(namespace, name);
     }
     fn view_keys(view: &View) -> Vec<Key> {
-        view.usages().map(|u| (u.namespace.clone(), u.name.clone())).collect()
+        view.usages().map(|u| (u.namespace.to_string(), u.name.to_string())).collect()
     }
 }
 
@@ -256,7 +256,10 @@ impl Cached for Pod {
         view.remove_pod(namespace, name);
     }
     fn view_keys(view: &View) -> Vec<Key> {
-        view.pods().filter(|p| is_claims_pod(&p.labels)).map(|p| (p.namespace.clone(), p.name.clone())).collect()
+        view.pods()
+            .filter(|p| is_claims_pod(&p.labels))
+            .map(|p| (p.namespace.to_string(), p.name.to_string()))
+            .collect()
     }
 }
 
@@ -308,7 +311,10 @@ impl Cached for OtherPod {
         }
     }
     fn view_keys(view: &View) -> Vec<Key> {
-        view.pods().filter(|p| !is_claims_pod(&p.labels)).map(|p| (p.namespace.clone(), p.name.clone())).collect()
+        view.pods()
+            .filter(|p| !is_claims_pod(&p.labels))
+            .map(|p| (p.namespace.to_string(), p.name.to_string()))
+            .collect()
     }
 }
 
@@ -318,12 +324,12 @@ impl Cached for DynamicObject {
         let (namespace, name) = key_of(self);
         let object = serde_json::to_value(self).expect("a DynamicObject always serializes");
         view.upsert_vmi(convert::vmi_from_json(&object, &namespace)?);
-        changes.vmis.insert((namespace, name));
+        changes.vmis.insert((namespace.into(), name.into()));
         Ok(())
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_vmi(namespace, name);
-        changes.vmis.insert((namespace.clone(), name.clone()));
+        changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
     }
 }
 

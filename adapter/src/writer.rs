@@ -99,7 +99,7 @@ impl Writer {
         match action {
             Action::CreateClaim { claim, class, count, owner, status } => {
                 let uid = self.create_claim(claim, class, *count, owner, status).await?;
-                created.insert((claim.namespace.clone(), claim.name.clone()), uid);
+                created.insert((claim.namespace.to_string(), claim.name.to_string()), uid);
             }
             Action::UpdateClaim { claim, precondition, finalizer, status } => {
                 let mut version = precondition.clone();
@@ -118,12 +118,15 @@ impl Writer {
                 let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
                 api.delete(&claim.name, &params).await.map_err(|e| fail(action, ObjectKind::Claim, claim, e))?;
                 self.apply(|view, changes| {
-                    GPUClaim::remove(&(claim.namespace.clone(), claim.name.clone()), view, changes)
+                    GPUClaim::remove(&(claim.namespace.to_string(), claim.name.to_string()), view, changes)
                 });
             }
             Action::OpenUsage { usage } => {
                 let claim_uid = match usage.claim_uid.as_str() {
-                    "" => created.get(&(usage.namespace.clone(), usage.claim.clone())).cloned().unwrap_or_default(),
+                    "" => created
+                        .get(&(usage.namespace.to_string(), usage.claim.to_string()))
+                        .cloned()
+                        .unwrap_or_default(),
                     uid => uid.to_owned(),
                 };
                 let object = usage_object(usage, &claim_uid);
@@ -295,8 +298,8 @@ impl Writer {
         let regarding = ObjectReference {
             api_version: Some(api_version.to_owned()),
             kind: Some(kind_name.to_owned()),
-            namespace: Some(object.namespace.clone()),
-            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.to_string()),
+            name: Some(object.name.to_string()),
             uid: uid.filter(|u| !u.is_empty()),
             ..ObjectReference::default()
         };
@@ -356,7 +359,7 @@ impl Writer {
 
     /// Reads an object again after a conflict and puts it (or its absence) into the view.
     pub async fn refresh(&self, kind: ObjectKind, object: &ObjectRef) -> Result<(), kube::Error> {
-        let key = (object.namespace.clone(), object.name.clone());
+        let key = (object.namespace.to_string(), object.name.to_string());
         match kind {
             ObjectKind::Claim => {
                 match Api::<GPUClaim>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
@@ -436,14 +439,14 @@ fn stale_or_failed(action: &'static str, kind: ObjectKind, object: &ObjectRef, e
 pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef) -> GPUClaim {
     let mut object = GPUClaim::new(&claim.name, GPUClaimSpec { class_name: class.to_owned(), count });
     object.metadata = ObjectMeta {
-        name: Some(claim.name.clone()),
-        namespace: Some(claim.namespace.clone()),
+        name: Some(claim.name.to_string()),
+        namespace: Some(claim.namespace.to_string()),
         labels: Some([(keys::LABEL_TEMPLATE_CLAIM.to_owned(), keys::TRUE.to_owned())].into()),
         finalizers: Some(vec![keys::FINALIZER_RELEASE.to_owned()]),
         owner_references: Some(vec![OwnerReference {
             api_version: keys::kubevirt::API_VERSION.to_owned(),
             kind: keys::kubevirt::KIND_VMI.to_owned(),
-            name: owner.name.clone(),
+            name: owner.name.to_string(),
             uid: owner.uid.clone(),
             controller: Some(true),
             block_owner_deletion: Some(true),
@@ -456,21 +459,21 @@ pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef
 /// A usage record as the controller creates it, owned by its claim.
 pub fn usage_object(usage: &Usage, claim_uid: &str) -> GPUUsage {
     let spec = GPUUsageSpec {
-        claim: usage.claim.clone(),
+        claim: usage.claim.to_string(),
         class_name: usage.class.clone(),
         resource_name: usage.resource_name.clone(),
         count: usage.count,
         vmi: usage.vmi.clone(),
-        node: usage.node.clone(),
+        node: usage.node.to_string(),
         start_time: KubeTime(usage.start),
         end_time: usage.end.map(KubeTime),
     };
     let mut object = GPUUsage::new(&usage.name, spec);
-    object.metadata.namespace = Some(usage.namespace.clone());
+    object.metadata.namespace = Some(usage.namespace.to_string());
     object.metadata.owner_references = Some(vec![OwnerReference {
         api_version: keys::API_VERSION.to_owned(),
         kind: keys::KIND_CLAIM.to_owned(),
-        name: usage.claim.clone(),
+        name: usage.claim.to_string(),
         uid: claim_uid.to_owned(),
         controller: Some(true),
         block_owner_deletion: Some(true),

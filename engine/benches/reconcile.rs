@@ -54,11 +54,11 @@ fn settle(view: &mut View, now: Time) -> usize {
 /// 16 GiB: counted by the placement index, never scanned by the pass.
 fn raw_pod(name: &str, node: &str, resource: &str, units: u64) -> Pod {
     Pod {
-        namespace: "batch".to_owned(),
-        name: name.to_owned(),
+        namespace: "batch".into(),
+        name: name.into(),
         uid: format!("uid-pod-{name}"),
         resource_version: "1".to_owned(),
-        node_name: Some(node.to_owned()),
+        node_name: Some(node.into()),
         phase: PodPhase::Running,
         cpu_millis: 4_000,
         memory_bytes: 16 << 30,
@@ -164,7 +164,7 @@ static STEADY: LazyLock<View> = LazyLock::new(|| {
         let attachments = format!(r#"[{{"claim":"{name}","uid":"{uid}","class":"{class}","count":1}}]"#);
         let mut launcher = gated_launcher(&namespace, &vm, &attachments, resource, 1, at(0));
         launcher.scheduling_gates.clear();
-        launcher.node_name = Some(node);
+        launcher.node_name = Some(node.into());
         launcher.phase = PodPhase::Running;
         view.upsert_pod(launcher);
     }
@@ -210,7 +210,7 @@ fn pass_over_one_vm_start(bencher: Bencher) {
     let mut view = STEADY.clone();
     add_waiting_run(&mut view, &tenant(7), "vm-new", "h100", H100, at(10));
     let mut changes = Changes::default();
-    changes.vmis.insert((tenant(7), "vm-new".to_owned()));
+    changes.vmis.insert((tenant(7).into(), "vm-new".into()));
     let now = at(100);
     let actions = reconcile_changes(&view, now, &changes);
     assert_eq!(actions, reconcile(&view, now), "the pass over the change decides what the full pass does");

@@ -116,7 +116,7 @@ pub enum ClaimPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VmiRef {
-    pub name: String,
+    pub name: crate::model::Name,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 
 use crate::keys::{self, kubevirt};
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Node, Pod, Published, Time, View, Vmi, VmiPhase, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Node, Pod, Published, Time, View, Vmi, VmiPhase, VmiRef};
 
 /// The taint GPU nodes carry so only GPU workloads land there.
 pub fn gpu_toleration(resource_name: &str) -> Toleration {
@@ -41,8 +41,8 @@ pub fn class(name: &str, resource_name: &str, mode: GpuMode, max_count: u32, lar
 /// A held claim, Pending, with a uid derived from its name.
 pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim {
     Claim {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
+        namespace: namespace.into(),
+        name: name.into(),
         uid: format!("uid-{namespace}-{name}"),
         resource_version: "1".to_owned(),
         class: class.to_owned(),
@@ -54,14 +54,14 @@ pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim
 
 pub fn bound(mut claim: Claim, node: &str) -> Claim {
     claim.phase = ClaimPhase::Bound;
-    claim.node = Some(node.to_owned());
+    claim.node = Some(node.into());
     claim
 }
 
 pub fn attached(claim: Claim, node: &str, vmi: &str) -> Claim {
     let mut claim = bound(claim, node);
     claim.phase = ClaimPhase::Attached;
-    claim.attached_to = Some(VmiRef { name: vmi.to_owned(), uid: format!("uid-vmi-{vmi}") });
+    claim.attached_to = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") });
     claim
 }
 
@@ -230,11 +230,11 @@ pub fn gpu_node(name: &str, resource_name: &str, units: u64) -> Node {
 /// A VMI of `namespace` in `phase`, with uid `uid-vmi-<name>`.
 pub fn vmi(namespace: &str, name: &str, phase: VmiPhase, node: Option<&str>) -> Vmi {
     Vmi {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
+        namespace: namespace.into(),
+        name: name.into(),
         uid: format!("uid-vmi-{name}"),
         phase,
-        node_name: node.map(str::to_owned),
+        node_name: node.map(Name::from),
         ..Vmi::default()
     }
 }
@@ -251,7 +251,7 @@ pub fn gated_launcher(
 ) -> Pod {
     let json = launcher_pod_json(namespace, vmi, attachments, resource_name, units as u32);
     let mut pod = crate::convert::pod_from_json(&json, namespace).expect("the fixture launcher converts");
-    pod.name = format!("virt-launcher-{vmi}-abcde");
+    pod.name = format!("virt-launcher-{vmi}-abcde").into();
     pod.uid = format!("uid-pod-{vmi}");
     pod.resource_version = "1".to_owned();
     pod.created = created;

@@ -129,7 +129,7 @@ fn world(dice: &mut Dice) -> View {
         std::sync::Arc::make_mut(&mut pod.labels).remove(keys::LABEL_CLAIMS);
         pod.scheduling_gates.clear();
         pod.owner_vmi = None;
-        pod.node_name = Some(node.clone());
+        pod.node_name = Some(node.as_str().into());
         pod.phase = PodPhase::Running;
         *units -= 1;
         view.upsert_pod(pod);
@@ -201,7 +201,10 @@ fn check_invariants(before: &View, view: &View) -> Result<(), TestCaseError> {
     for claim in view.claims() {
         if let Some(vmi) = &claim.attached_to {
             prop_assert_eq!(claim.phase, ClaimPhase::Attached);
-            nodes_of_run.entry(vmi.uid.clone()).or_default().insert(claim.node.clone().unwrap_or_default());
+            nodes_of_run
+                .entry(vmi.uid.clone())
+                .or_default()
+                .insert(claim.node.as_deref().unwrap_or_default().to_owned());
             let open: Vec<_> = view.open_usages_of(&claim.namespace, &claim.name).collect();
             prop_assert_eq!(open.len(), 1, "one open record per attachment of {}", claim.name);
             prop_assert!(open[0].vmi.uid == vmi.uid && Some(&open[0].node) == claim.node.as_ref());
@@ -277,11 +280,11 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     for mut pod in pods {
         let pinned = pod.required_terms().and_then(is_pinned_to).map(str::to_owned);
         if let Some(node) = pinned.filter(|_| dice.chance(70)) {
-            pod.node_name = Some(node.clone());
+            pod.node_name = Some(node.as_str().into());
             pod.phase = PodPhase::Running;
             let mut vmi = view.vmi(&pod.namespace, &pod.owner_vmi.as_ref().unwrap().name).unwrap().clone();
             vmi.phase = VmiPhase::Running;
-            vmi.node_name = Some(node);
+            vmi.node_name = Some(node.into());
             view.upsert_vmi(vmi);
             view.upsert_pod(pod);
         }

@@ -69,7 +69,7 @@ fn apply_pod_edit(pod: &mut gpuclaim_engine::model::Pod, edit: &PodEdit) {
         PodEdit::Phase(p) => {
             pod.phase = [PodPhase::Pending, PodPhase::Running, PodPhase::Succeeded, PodPhase::Failed][*p as usize]
         }
-        PodEdit::Bind(n) => pod.node_name = n.map(node),
+        PodEdit::Bind(n) => pod.node_name = n.map(node).map(Into::into),
         PodEdit::Ungate => pod.scheduling_gates.retain(|g| g != keys::GATE_PLACEMENT),
         PodEdit::Pin(n) => pod.required_terms = Some(pin_terms(pod.required_terms(), &node(*n)).into()),
         PodEdit::Requests(units) => {
@@ -80,7 +80,7 @@ fn apply_pod_edit(pod: &mut gpuclaim_engine::model::Pod, edit: &PodEdit) {
 
 fn apply_claim_edit(claim: &mut gpuclaim_engine::model::Claim, edit: &ClaimEdit) {
     match edit {
-        ClaimEdit::Node(n) => claim.node = n.map(node),
+        ClaimEdit::Node(n) => claim.node = n.map(node).map(Into::into),
         ClaimEdit::Attach(v) => {
             claim.attached_to = v.map(|v| {
                 let name = ["a", "b", "c"][v as usize];
@@ -102,7 +102,7 @@ proptest! {
     ) {
         let mut edited = start();
         let mut reinserted = start();
-        let names: Vec<String> = edited.pods().map(|p| p.name.clone()).collect();
+        let names: Vec<String> = edited.pods().map(|p| p.name.to_string()).collect();
         for (i, edit) in &pods {
             let name = &names[*i as usize % names.len()];
             edited.edit_pod("tenant-a", name, |pod| apply_pod_edit(pod, edit));

@@ -21,7 +21,7 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
     let mut labels = (*vmi.labels).clone();
     labels.insert(kubevirt::LABEL_APP.to_owned(), kubevirt::LAUNCHER.to_owned());
     labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.clone());
-    labels.insert("vm.kubevirt.io/name".to_owned(), vmi.name.clone());
+    labels.insert("vm.kubevirt.io/name".to_owned(), vmi.name.to_string());
     // template.go filterVMIAnnotationsForPod: every VMI annotation but kubectl's and the API-version bookkeeping.
     let mut annotations: BTreeMap<String, String> = vmi
         .annotations
@@ -40,7 +40,7 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
     }
     Pod {
         namespace: vmi.namespace.clone(),
-        name: name.to_owned(),
+        name: name.into(),
         uid: format!("uid-{name}"),
         resource_version: String::new(),
         created,

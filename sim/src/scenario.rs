@@ -599,8 +599,8 @@ impl Scenario {
                     return Err(invalid(format!("{field}.name"), format!("{:?} is listed twice", held.name)));
                 }
                 store.upsert_claim(Claim {
-                    namespace: tenant.name.clone(),
-                    name: held.name.clone(),
+                    namespace: tenant.name.clone().into(),
+                    name: held.name.clone().into(),
                     uid: format!("uid-claim-{}-{}", tenant.name, held.name),
                     resource_version: "1".to_owned(),
                     class: held.class.clone(),

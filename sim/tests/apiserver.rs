@@ -29,7 +29,7 @@ fn vmi(name: &str) -> Vmi {
 
 fn template_claim_action(vmi: &str) -> Action {
     Action::CreateClaim {
-        claim: ObjectRef::new("tenant-a", &format!("{vmi}-gpu-0")),
+        claim: ObjectRef::new("tenant-a", format!("{vmi}-gpu-0")),
         class: "h100".into(),
         count: 2,
         owner: VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") },

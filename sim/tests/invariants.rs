@@ -18,7 +18,7 @@ fn time(at: Millis) -> Time {
 }
 
 fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+    ObjectKey { kind, namespace: namespace.into(), name: name.into() }
 }
 
 fn claim_key(name: &str) -> ObjectKey {

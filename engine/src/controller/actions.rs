@@ -7,18 +7,19 @@
 
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
-use crate::model::{ClaimPhase, Published, Reason, Time, Usage, VmiRef};
+use crate::model::{ClaimPhase, Name, Published, Reason, Time, Usage, VmiRef};
 
 /// A namespaced object's name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectRef {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl ObjectRef {
-    pub fn new(namespace: &str, name: &str) -> Self {
-        ObjectRef { namespace: namespace.to_owned(), name: name.to_owned() }
+    /// Shared names are shared, not copied (`&Name`); a `&str` is copied once.
+    pub fn new(namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
+        ObjectRef { namespace: namespace.into(), name: name.into() }
     }
 }
 
@@ -32,7 +33,7 @@ impl std::fmt::Display for ObjectRef {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimStatus {
     pub phase: ClaimPhase,
-    pub node: Option<String>,
+    pub node: Option<Name>,
     pub attached_to: Option<VmiRef>,
     /// The Bound condition's reason while Pending.
     pub pending: Option<Reason>,

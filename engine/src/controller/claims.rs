@@ -62,7 +62,7 @@ impl<'v> Pass<'v> {
         // A completed migration moves the run: its claims follow to the node it runs on now.
         let running_on = run.filter(|v| v.phase == VmiPhase::Running);
         if let Some(node) =
-            running_on.and_then(|v| v.node_name.as_deref()).filter(|n| Some(*n) != claim.node.as_deref())
+            running_on.and_then(|v| v.node_name.as_ref()).filter(|n| Some(n.as_str()) != claim.node.as_deref())
         {
             let from = claim.node.clone().unwrap_or_default();
             self.set_status(claim, attached_status(node, vmi));
@@ -127,7 +127,8 @@ impl<'v> Pass<'v> {
         }
         let Ok(node) = self.find_node_for_claim(claim) else { return false };
         let from = claim.node.clone().filter(|lost| *lost != node);
-        let status = ClaimStatus { phase: ClaimPhase::Bound, node: Some(node.clone()), ..ClaimStatus::default() };
+        let status =
+            ClaimStatus { phase: ClaimPhase::Bound, node: Some(node.as_str().into()), ..ClaimStatus::default() };
         self.set_status(claim, status);
         let message = match from {
             Some(lost) => format!("rebound from unavailable node {lost:?} to {node:?}"),

@@ -28,7 +28,7 @@ pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 
-use crate::model::{Claim, ClaimPhase, Class, Time, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, Name, Time, View, VmiRef};
 use crate::variant::Variant;
 
 /// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
@@ -52,9 +52,9 @@ pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Changes {
     /// (namespace, name) of claims created, changed or deleted.
-    pub claims: BTreeSet<(String, String)>,
+    pub claims: BTreeSet<(Name, Name)>,
     /// (namespace, name) of VMIs created, changed or deleted.
-    pub vmis: BTreeSet<(String, String)>,
+    pub vmis: BTreeSet<(Name, Name)>,
     /// Nodes added, changed or deleted.
     pub nodes: BTreeSet<String>,
 }
@@ -86,7 +86,7 @@ fn key_of(claim: &Claim) -> ClaimKey<'_> {
 }
 
 /// Units of a VMI's claims on (node, resource) that a pass attached (+) or detached (−).
-type Attached = (String, String, i64);
+type Attached = (Name, String, i64);
 
 /// A template claim this pass creates.
 struct NewClaim {
@@ -107,20 +107,20 @@ struct Pass<'v> {
     /// Claims this pass deletes.
     deleted: BTreeSet<ClaimKey<'v>>,
     /// Template claims this pass creates.
-    created: BTreeMap<(String, String), NewClaim>,
+    created: BTreeMap<(Name, Name), NewClaim>,
     /// (resource, node) → units this pass frees (+) or takes (−).
-    units: BTreeMap<(String, String), i64>,
+    units: BTreeMap<(String, Name), i64>,
     /// (namespace, class) → bound units this pass adds (+) or releases (−).
     bound: BTreeMap<(String, String), i64>,
     /// (namespace, VMI) → (node, resource, units) of claims attached to the VMI there, added or removed this pass.
     /// A VMI's entries are one or two, so they are a list looked up by borrowed names, not a map keyed by copies.
-    attached: BTreeMap<(String, String), Vec<Attached>>,
+    attached: BTreeMap<(Name, Name), Vec<Attached>>,
     /// node → CPU millis and memory bytes of the pods this pass pins there.
     pinned: BTreeMap<String, (u64, u64)>,
     /// (namespace, pod) → the node this pass pins it to.
-    pinned_pods: BTreeMap<(String, String), String>,
+    pinned_pods: BTreeMap<(Name, Name), Name>,
     /// (namespace, pod) → the unit overlay its device counts contributed so far (see `settle_pods`).
-    settled: BTreeMap<(String, String), BTreeMap<(String, String), i64>>,
+    settled: BTreeMap<(Name, Name), BTreeMap<(String, Name), i64>>,
     actions: Vec<Action>,
     /// Held claims needing a node, found while releasing (served with the gated pods).
     waiting_claims: BTreeMap<ClaimKey<'v>, &'v Claim>,
@@ -197,14 +197,14 @@ impl<'v> Pass<'v> {
     }
 
     /// Adds (or removes) what a claim in `status` takes: units on its node, budget, units attached to its VMI.
-    fn account(&mut self, namespace: &str, class: &str, count: u32, status: &ClaimStatus, adding: bool) {
+    fn account(&mut self, namespace: &Name, class: &str, count: u32, status: &ClaimStatus, adding: bool) {
         let Some(node) = &status.node else { return };
         let delta = if adding { i64::from(count) } else { -i64::from(count) };
-        *self.bound.entry((namespace.to_owned(), class.to_owned())).or_insert(0) += delta;
+        *self.bound.entry((namespace.to_string(), class.to_owned())).or_insert(0) += delta;
         let Some(resource) = self.view.class(class).map(|c| c.resource_name.clone()) else { return };
         *self.units.entry((resource.clone(), node.clone())).or_insert(0) -= delta;
         if let Some(vmi) = &status.attached_to {
-            let entries = self.attached.entry((namespace.to_owned(), vmi.name.clone())).or_default();
+            let entries = self.attached.entry((namespace.clone(), vmi.name.clone())).or_default();
             match entries.iter_mut().find(|(n, r, _)| n == node && *r == resource) {
                 Some((_, _, units)) => *units += delta,
                 None => entries.push((node.clone(), resource, delta)),
@@ -231,7 +231,7 @@ impl<'v> Pass<'v> {
         let delta = if self.units.is_empty() {
             0
         } else {
-            self.units.get(&(class.resource_name.clone(), node.to_owned())).copied().unwrap_or(0)
+            self.units.get(&(class.resource_name.clone(), Name::from(node))).copied().unwrap_or(0)
         };
         if indexed == 0 && delta > 0 {
             // The index shows an overbooked node as 0 free (a device failed under its claims): units this pass
@@ -324,13 +324,8 @@ fn current_status(claim: &Claim) -> ClaimStatus {
 }
 
 /// The status of a claim attached to `vmi` on `node`.
-fn attached_status(node: &str, vmi: &VmiRef) -> ClaimStatus {
-    ClaimStatus {
-        phase: ClaimPhase::Attached,
-        node: Some(node.to_owned()),
-        attached_to: Some(vmi.clone()),
-        pending: None,
-    }
+fn attached_status(node: &Name, vmi: &VmiRef) -> ClaimStatus {
+    ClaimStatus { phase: ClaimPhase::Attached, node: Some(node.clone()), attached_to: Some(vmi.clone()), pending: None }
 }
 
 #[cfg(test)]

@@ -9,13 +9,13 @@ use super::names::template_claim_name;
 use super::reasons::Wait;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
 use crate::keys;
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Pod, Time, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Pod, Time, View, VmiRef};
 use crate::references::parse_attachments;
 use crate::scheduling::{matches_node_selector, matches_required_terms, pin_terms, untolerated_taint};
 
 /// One claim of a pod's set.
 struct Member<'v> {
-    name: String,
+    name: Name,
     class: &'v Class,
     count: u32,
     /// The stored claim; `None` for a template claim that does not exist yet.
@@ -23,7 +23,7 @@ struct Member<'v> {
     /// A template claim this pass already creates (for another pod of the same run).
     creating: bool,
     /// Where it is bound now (after this pass's decisions so far).
-    node: Option<String>,
+    node: Option<Name>,
 }
 
 /// Units per class a set still needs: class name → (class, units).
@@ -93,7 +93,7 @@ impl<'v> Pass<'v> {
 
     fn resolve(&self, pod: &Pod) -> Result<(VmiRef, Vec<Member<'v>>), Wait> {
         let Some(vmi) = pod.owner_vmi.as_ref().filter(|vmi| self.run_alive(&pod.namespace, vmi)) else {
-            let name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
+            let name = pod.owner_vmi.as_ref().map(|v| v.name.to_string()).unwrap_or_default();
             return Err(Wait::VmiMissing { vmi: name });
         };
         // The live VMI's uid: the attachment must carry the run, not just the name.
@@ -143,13 +143,13 @@ impl<'v> Pass<'v> {
                     if claim.deleting {
                         return Err(Wait::ClaimDeleting { claim: name.clone() });
                     }
-                    (name.clone(), Some(claim))
+                    (claim.name.clone(), Some(claim))
                 }
                 (None, Some(index)) => {
-                    let name = template_claim_name(&vmi.name, index);
+                    let name = Name::from(template_claim_name(&vmi.name, index));
                     let claim = view.claim(&pod.namespace, &name);
                     if claim.is_some_and(|c| c.owner_vmi.as_ref().is_none_or(|o| o.uid != vmi.uid) || c.deleting) {
-                        return Err(Wait::PreviousRunReleasing { claim: name });
+                        return Err(Wait::PreviousRunReleasing { claim: name.to_string() });
                     }
                     (name, claim)
                 }
@@ -163,7 +163,7 @@ impl<'v> Pass<'v> {
                     let status = self.status_of(claim);
                     let holder = status.attached_to.as_ref().filter(|h| h.uid != vmi.uid);
                     if let Some(holder) = holder.filter(|h| self.run_alive(&pod.namespace, h)) {
-                        return Err(Wait::ClaimInUse { claim: name, vmi: holder.name.clone() });
+                        return Err(Wait::ClaimInUse { claim: name.to_string(), vmi: holder.name.to_string() });
                     }
                     status.node
                 }
@@ -282,9 +282,10 @@ impl<'v> Pass<'v> {
 
     /// Binds and attaches the whole set on `node`, then pins and ungates the pod in one update.
     fn attach_and_pin(&mut self, pod: &Pod, vmi: &VmiRef, members: &[Member<'v>], node: &str) {
+        let node_name = Name::from(node);
         for member in members {
             match member.claim {
-                Some(claim) => self.set_status(claim, attached_status(node, vmi)),
+                Some(claim) => self.set_status(claim, attached_status(&node_name, vmi)),
                 // Created attached for another pod of this run, on this node (a set is placed whole).
                 None if member.creating && member.node.is_some() => {}
                 None => {
@@ -292,7 +293,7 @@ impl<'v> Pass<'v> {
                         let old = pending.status.clone();
                         self.account(&pod.namespace, &member.class.name, member.count, &old, false);
                     }
-                    let status = attached_status(node, vmi);
+                    let status = attached_status(&node_name, vmi);
                     self.account(&pod.namespace, &member.class.name, member.count, &status, true);
                     self.created.insert(
                         (pod.namespace.clone(), member.name.clone()),
@@ -301,7 +302,7 @@ impl<'v> Pass<'v> {
                 }
             }
         }
-        self.pinned_pods.insert((pod.namespace.clone(), pod.name.clone()), node.to_owned());
+        self.pinned_pods.insert((pod.namespace.clone(), pod.name.clone()), node_name);
         let pinned = self.pinned.entry(node.to_owned()).or_insert((0, 0));
         pinned.0 += pod.cpu_millis;
         pinned.1 += pod.memory_bytes;
@@ -367,7 +368,7 @@ impl<'v> Pass<'v> {
         let resource = class.resource_name.as_str();
         let touched: Vec<&str> = self
             .units
-            .range((resource.to_owned(), String::new())..)
+            .range((resource.to_owned(), Name::default())..)
             .take_while(|((r, _), _)| r == resource)
             .map(|((_, node), _)| node.as_str())
             .collect();

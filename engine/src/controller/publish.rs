@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Pass;
 use super::actions::Action;
-use crate::model::{Published, occupied_node};
+use crate::model::{Name, Published, occupied_node};
 
 impl Pass<'_> {
     /// A VMI's pods count the devices its claims on their node do not: when this pass moves or attaches claims,
@@ -12,7 +12,7 @@ impl Pass<'_> {
     /// starts counting until it exits). Brings the unit overlay in step; safe to call again.
     pub(super) fn settle_pods(&mut self) {
         let view = self.view;
-        let vmis: Vec<(String, String)> = self
+        let vmis: Vec<(Name, Name)> = self
             .attached
             .iter()
             .filter(|(_, entries)| entries.iter().any(|(_, _, units)| *units != 0))
@@ -25,11 +25,12 @@ impl Pass<'_> {
                     .pinned_pods
                     .get(&(namespace.clone(), pod.name.clone()))
                     .cloned()
-                    .or_else(|| occupied_node(pod).map(str::to_owned));
-                let mut wanted: BTreeMap<(String, String), i64> = BTreeMap::new();
-                if let Some((old_node, devices)) = view.counted_devices(namespace, &pod.name) {
+                    .or_else(|| pod.node_name.clone().filter(|_| !pod.phase.is_terminal()))
+                    .or_else(|| occupied_node(pod).map(Name::from));
+                let mut wanted: BTreeMap<(String, Name), i64> = BTreeMap::new();
+                if let Some((old_node, devices)) = view.counted_devices_named(namespace, &pod.name) {
                     for (resource, units) in devices {
-                        *wanted.entry((resource.clone(), old_node.to_owned())).or_insert(0) += *units as i64;
+                        *wanted.entry((resource.clone(), old_node.clone())).or_insert(0) += *units as i64;
                     }
                 }
                 if let Some(node) = node {
@@ -56,7 +57,7 @@ impl Pass<'_> {
     }
 
     /// Units per resource the VMI's claims cover on `node` once this pass's writes land.
-    fn covered_after(&self, run: &(String, String), node: &str, resource: &str) -> u64 {
+    fn covered_after(&self, run: &(Name, Name), node: &str, resource: &str) -> u64 {
         let (namespace, vmi) = run;
         let indexed =
             self.view.vmi_claim_units(namespace, vmi, node).and_then(|u| u.get(resource)).copied().unwrap_or(0);
@@ -89,7 +90,7 @@ impl Pass<'_> {
         let mut published = capacity.published(class);
         let mut touched = BTreeSet::new();
         let mut largest_touched = 0;
-        let slots = self.units.range((resource.to_owned(), String::new())..).take_while(|((r, _), _)| r == resource);
+        let slots = self.units.range((resource.to_owned(), Name::default())..).take_while(|((r, _), _)| r == resource);
         for ((_, node), delta) in slots {
             let Some(indexed) = capacity.free(class, node) else { continue };
             let free = indexed.saturating_add_signed(*delta);

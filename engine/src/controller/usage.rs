@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
 use super::{Changes, ClaimKey, Pass, key_of};
-use crate::model::{Claim, Usage, View, VmiRef};
+use crate::model::{Claim, Name, Usage, View, VmiRef};
 
 impl<'v> Pass<'v> {
     pub(super) fn reconcile_usages(&mut self) {
@@ -134,16 +134,16 @@ impl<'v> Pass<'v> {
         let resource_name = self.view.class(class).map(|c| c.resource_name.clone()).unwrap_or_default();
         self.actions.push(Action::OpenUsage {
             usage: Usage {
-                namespace: namespace.to_owned(),
-                name: usage_name(claim, &vmi.uid, node, self.now.as_millisecond()),
+                namespace: namespace.into(),
+                name: usage_name(claim, &vmi.uid, node, self.now.as_millisecond()).into(),
                 resource_version: String::new(),
-                claim: claim.to_owned(),
+                claim: claim.into(),
                 claim_uid: claim_uid.to_owned(),
                 class: class.to_owned(),
                 resource_name,
                 count,
                 vmi: vmi.clone(),
-                node: node.to_owned(),
+                node: node.into(),
                 start: self.now,
                 end: None,
             },
@@ -152,6 +152,6 @@ impl<'v> Pass<'v> {
 }
 
 /// The stored usage records of `namespace` among `names`.
-fn named<'v>(view: &'v View, namespace: &'v str, names: &'v BTreeSet<String>) -> impl Iterator<Item = &'v Usage> {
+fn named<'v>(view: &'v View, namespace: &'v str, names: &'v BTreeSet<Name>) -> impl Iterator<Item = &'v Usage> {
     names.iter().filter_map(move |name| view.usage(namespace, name))
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{ConvertError, controller_owner, false_condition, time_of, typed};
 use crate::keys;
-use crate::model::{Node, Pod, PodPhase, Settings};
+use crate::model::{Name, Node, Pod, PodPhase, Settings};
 use crate::quantity;
 
 pub fn vgpu_entitled(namespace: &Namespace) -> bool {
@@ -174,8 +174,8 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         .flatten()
         .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref(), c.message.as_deref()));
     Ok(Pod {
-        namespace: pod.namespace().unwrap_or_else(|| namespace.to_owned()),
-        name: pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default(),
+        namespace: pod.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
+        name: pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default().into(),
         uid: pod.uid().unwrap_or_default(),
         resource_version: pod.resource_version().unwrap_or_default(),
         created: time_of(pod.metadata.creation_timestamp.as_ref()),
@@ -194,7 +194,7 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
             .map(|selector| selector.node_selector_terms.clone().into()),
         pod_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_affinity.clone()),
         pod_anti_affinity: spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.clone()),
-        node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+        node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()).map(Name::from),
         phase: pod_phase(status.and_then(|s| s.phase.as_deref())),
         cpu_millis: requests.cpu_millis,
         memory_bytes: requests.memory_bytes,

@@ -5,7 +5,7 @@ use kube_core::ResourceExt;
 use super::{controller_owner, false_condition, time_of};
 use crate::api::{GPUClaim, GPUClass, GPUUsage};
 use crate::keys;
-use crate::model::{Claim, Class, Published, Usage};
+use crate::model::{Claim, Class, Name, Published, Usage};
 
 pub fn class_from_kube(class: &GPUClass) -> Class {
     let status = class.status.clone().unwrap_or_default();
@@ -34,8 +34,8 @@ pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
         .iter()
         .map(|c| (c.type_.as_str(), c.status.as_str(), Some(c.reason.as_str()), Some(c.message.as_str())));
     Claim {
-        namespace: claim.namespace().unwrap_or_else(|| namespace.to_owned()),
-        name: claim.name_any(),
+        namespace: claim.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
+        name: claim.name_any().into(),
         uid: claim.uid().unwrap_or_default(),
         resource_version: claim.resource_version().unwrap_or_default(),
         created: time_of(claim.metadata.creation_timestamp.as_ref()),
@@ -44,7 +44,7 @@ pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
         template: claim.labels().get(keys::LABEL_TEMPLATE_CLAIM).map(String::as_str) == Some(keys::TRUE),
         owner_vmi: controller_owner(&claim.metadata, keys::kubevirt::KIND_VMI),
         phase: status.phase,
-        node: status.node_name.clone(),
+        node: status.node_name.clone().map(Name::from),
         attached_to: status.attached_to.clone(),
         pending: false_condition(conditions, keys::CONDITION_BOUND),
         finalizer: claim.finalizers().iter().any(|f| f == keys::FINALIZER_RELEASE),
@@ -55,10 +55,10 @@ pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
 pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
     let spec = &usage.spec;
     Usage {
-        namespace: usage.namespace().unwrap_or_else(|| namespace.to_owned()),
-        name: usage.name_any(),
+        namespace: usage.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
+        name: usage.name_any().into(),
         resource_version: usage.resource_version().unwrap_or_default(),
-        claim: spec.claim.clone(),
+        claim: spec.claim.clone().into(),
         claim_uid: usage
             .owner_references()
             .iter()
@@ -69,7 +69,7 @@ pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
         resource_name: spec.resource_name.clone(),
         count: spec.count,
         vmi: spec.vmi.clone(),
-        node: spec.node.clone(),
+        node: spec.node.clone().into(),
         start: spec.start_time.0,
         end: spec.end_time.as_ref().map(|t| t.0),
     }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ConvertError, typed};
-use crate::model::{GpuDevice, Vmi, VmiPhase};
+use crate::model::{GpuDevice, Name, Vmi, VmiPhase};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,8 +68,8 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
     let wire: VmiWire = typed(object)?;
     let meta = wire.metadata;
     Ok(Vmi {
-        namespace: meta.namespace.unwrap_or_else(|| namespace.to_owned()),
-        name: meta.name.or(meta.generate_name).unwrap_or_default(),
+        namespace: meta.namespace.unwrap_or_else(|| namespace.to_owned()).into(),
+        name: meta.name.or(meta.generate_name).unwrap_or_default().into(),
         uid: meta.uid.unwrap_or_default(),
         resource_version: meta.resource_version.unwrap_or_default(),
         labels: Arc::new(meta.labels.unwrap_or_default()),
@@ -83,7 +83,7 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
             .map(|g| GpuDevice { name: g.name, device_name: g.device_name })
             .collect(),
         phase: vmi_phase(wire.status.phase.as_deref()),
-        node_name: wire.status.node_name.filter(|n| !n.is_empty()),
+        node_name: wire.status.node_name.filter(|n| !n.is_empty()).map(Name::from),
         deleting: meta.deletion_timestamp.is_some(),
     })
 }

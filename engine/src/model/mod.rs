@@ -6,6 +6,7 @@
 //! queue) in step with the objects, so no decision scans what an index can answer.
 
 mod capacity;
+mod name;
 mod nodes;
 mod objects;
 mod tenant;
@@ -13,6 +14,7 @@ mod tenant;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use capacity::{Capacity, NodeLoad};
+pub use name::Name;
 pub use objects::*;
 pub use tenant::Tenant;
 
@@ -33,7 +35,7 @@ pub struct View {
     pods: Nested<Pod>,
     /// (created, namespace, name) of launcher and volume-binder pods holding the placement gate: the queue the
     /// reconciler serves first come, first served.
-    gated: BTreeSet<(Time, String, String)>,
+    gated: BTreeSet<(Time, Name, Name)>,
     vmis: Nested<Vmi>,
     usages: Nested<Usage>,
     /// Nodes that are NotReady, deleted, or named by a claim but never seen: where an unattached claim needs
@@ -41,26 +43,26 @@ pub struct View {
     unavailable: BTreeSet<String>,
     /// namespace → VMI → the claims attached to that run or ordered for it (template claims' owner). Keyed in two
     /// levels (here and below) so a lookup borrows its key instead of building an owned tuple.
-    claims_by_run: Nested<BTreeSet<String>>,
+    claims_by_run: Nested<BTreeSet<Name>>,
     /// node → (namespace, claim) of the claims bound there (looked up by node only: hashed, see [`Nested`]).
-    claims_by_node: HashMap<String, BTreeSet<(String, String)>, Fixed>,
+    claims_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
-    pending_held: BTreeSet<(String, String)>,
+    pending_held: BTreeSet<(Name, Name)>,
     /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
-    usages_by_claim: Nested<BTreeSet<String>>,
+    usages_by_claim: Nested<BTreeSet<Name>>,
     /// namespace → claim → names of its open usage records.
-    open_usages: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    open_usages: BTreeMap<Name, BTreeMap<Name, BTreeSet<Name>>>,
     capacity: Capacity,
     /// namespace → VMI → node → resource → units of the claims attached to that VMI on that node: what the VMI's
     /// pods there take through claims rather than on their own.
-    vmi_claim_units: Nested<BTreeMap<String, BTreeMap<String, u64>>>,
+    vmi_claim_units: Nested<BTreeMap<Name, BTreeMap<String, u64>>>,
     /// namespace → VMI → its pods, so their device counts follow its claims.
-    pods_by_vmi: Nested<BTreeSet<String>>,
+    pods_by_vmi: Nested<BTreeSet<Name>>,
     /// node → (namespace, pod) of the pods occupying it (bound there, or pinned there once ungated): what a
     /// controller confirming a pin lists (looked up by node only: hashed).
-    pods_by_node: HashMap<String, BTreeSet<(String, String)>, Fixed>,
+    pods_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
     /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes.
-    pod_devices: Nested<(String, BTreeMap<String, u64>)>,
+    pod_devices: Nested<(Name, BTreeMap<String, u64>)>,
 }
 
 impl View {
@@ -180,6 +182,11 @@ impl View {
         nested(&self.vmi_claim_units, namespace, vmi)?.get(node)
     }
 
+    /// [`View::counted_devices`] with the node's shared name.
+    pub fn counted_devices_named(&self, namespace: &str, pod: &str) -> Option<(&Name, &BTreeMap<String, u64>)> {
+        nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node, devices))
+    }
+
     /// The node and devices the placement index counts for a pod beyond its VMI's claims.
     pub fn counted_devices(&self, namespace: &str, pod: &str) -> Option<(&str, &BTreeMap<String, u64>)> {
         nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node.as_str(), devices))
@@ -216,7 +223,7 @@ impl View {
         }
         let indexed = ClaimIndexed::of(&claim);
         let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
-        self.tenants.entry(namespace.clone()).or_default().claims.insert(name.clone(), claim);
+        self.tenants.entry(namespace.to_string()).or_default().claims.insert(name.to_string(), claim);
         self.list_claim(&namespace, &name, &indexed, true);
         self.count_claim(&namespace, &indexed, true);
     }
@@ -224,8 +231,8 @@ impl View {
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
         let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
         let indexed = ClaimIndexed::of(&old);
-        self.count_claim(namespace, &indexed, false);
-        self.list_claim(namespace, name, &indexed, false);
+        self.count_claim(&old.namespace, &indexed, false);
+        self.list_claim(&old.namespace, &old.name, &indexed, false);
         Some(old)
     }
 
@@ -242,6 +249,7 @@ impl View {
             return true;
         }
         let after = ClaimIndexed::of(claim);
+        let (namespace, name) = (&claim.namespace.clone(), &claim.name.clone());
         if before.counted() != after.counted() {
             self.count_claim(namespace, &before, false);
             self.count_claim(namespace, &after, true);
@@ -254,13 +262,13 @@ impl View {
     }
 
     /// Keeps the claim lookups by run, by node and of the pending queue.
-    fn list_claim(&mut self, namespace: &str, name: &str, claim: &ClaimIndexed, adding: bool) {
-        let mut runs: Vec<&String> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
+    fn list_claim(&mut self, namespace: &Name, name: &Name, claim: &ClaimIndexed, adding: bool) {
+        let mut runs: Vec<&Name> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
         runs.dedup();
         for run in runs {
             edit_nested_set(&mut self.claims_by_run, namespace, run, name, adding);
         }
-        let key = || (namespace.to_owned(), name.to_owned());
+        let key = || (namespace.clone(), name.clone());
         if let Some(node) = &claim.node {
             edit_set(&mut self.claims_by_node, node, key(), adding);
         }
@@ -275,26 +283,26 @@ impl View {
 
     /// Counts (or uncounts) a claim's units: the tenant's ordered and bound units, its node's free units, the units
     /// its VMI's pods there need not count themselves.
-    fn count_claim(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
-        let tenant = match self.tenants.get_mut(namespace) {
+    fn count_claim(&mut self, namespace: &Name, claim: &ClaimIndexed, adding: bool) {
+        let tenant = match self.tenants.get_mut(namespace.as_str()) {
             Some(tenant) => tenant,
-            None => self.tenants.entry(namespace.to_owned()).or_default(),
+            None => self.tenants.entry(namespace.to_string()).or_default(),
         };
         tenant.count(&claim.class, claim.count, claim.node.is_some(), adding);
         self.count_claim_units(namespace, claim, adding);
     }
 
     /// The placement side of [`View::count_claim`]: node units and the units attached to the claim's VMI there.
-    fn count_claim_units(&mut self, namespace: &str, claim: &ClaimIndexed, adding: bool) {
-        let Some(node) = claim.node.as_deref() else { return };
+    fn count_claim_units(&mut self, namespace: &Name, claim: &ClaimIndexed, adding: bool) {
+        let Some(node) = claim.node.as_ref() else { return };
         if adding && !self.nodes.contains(node) {
-            self.unavailable.insert(node.to_owned());
+            self.unavailable.insert(node.to_string());
         }
         self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
         let Some(class) = self.classes.get(&claim.class) else { return };
         if let Some(vmi) = &claim.attached_to {
             let by_node = nested_entry(&mut self.vmi_claim_units, namespace, vmi);
-            let units = entry_of(by_node, node);
+            let units = by_node.entry(node.clone()).or_default();
             let resource = class.resource_name.as_str();
             if adding {
                 *entry_of(units, resource) += u64::from(claim.count);
@@ -329,6 +337,7 @@ impl View {
             return true;
         }
         let after = PodIndexed::of(pod);
+        let (namespace, name) = (&pod.namespace.clone(), &pod.name.clone());
         self.uncount_pod_devices(namespace, name);
         self.index_pod(namespace, name, &before, false);
         self.index_pod(namespace, name, &after, true);
@@ -420,14 +429,14 @@ impl View {
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
         self.uncount_pod_devices(namespace, name);
         let old = self.pods.get_mut(namespace)?.remove(name)?;
-        self.index_pod(namespace, name, &PodIndexed::of(&old), false);
+        self.index_pod(&old.namespace, &old.name, &PodIndexed::of(&old), false);
         Some(old)
     }
 
     /// Adds (or takes out) a pod's entries in the gated queue, the pods of its VMI and its node's CPU and memory.
-    fn index_pod(&mut self, namespace: &str, name: &str, indexed: &PodIndexed, adding: bool) {
+    fn index_pod(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
         if let Some(created) = indexed.gated_since {
-            let key = (created, namespace.to_owned(), name.to_owned());
+            let key = (created, namespace.clone(), name.clone());
             if adding {
                 self.gated.insert(key);
             } else {
@@ -439,23 +448,23 @@ impl View {
         }
         if let Some(node) = &indexed.occupied {
             self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
-            edit_set(&mut self.pods_by_node, node, (namespace.to_owned(), name.to_owned()), adding);
+            edit_set(&mut self.pods_by_node, node, (namespace.clone(), name.clone()), adding);
         }
     }
 
     /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
-    fn count_pod_devices(&mut self, namespace: &str, name: &str) {
+    fn count_pod_devices(&mut self, namespace: &Name, name: &Name) {
         let Some(pod) = self.pod(namespace, name) else { return };
-        let Some(node) = occupied_node(pod) else { return };
+        let Some(node) = occupied_name(pod) else { return };
         // One or two resources: inserted one by one (collecting into a B-tree sorts through a buffer first).
         let mut devices: BTreeMap<String, u64> = BTreeMap::new();
-        for (resource, units) in self.devices_to_count(namespace, pod, node) {
+        for (resource, units) in self.devices_to_count(namespace, pod, &node) {
             devices.insert(resource.clone(), units);
         }
         if devices.is_empty() {
             return;
         }
-        let node = node.to_owned();
+        let node = node.into_owned();
         self.capacity.add_pod_devices(&node, &devices, true);
         for resource in devices.keys() {
             self.capacity.refresh_resource(resource, &self.classes, &node, self.nodes.get(&node));
@@ -510,10 +519,10 @@ impl View {
     }
 
     /// The VMI's claims changed: its pods' own device counts change with them.
-    fn recount_vmi_pods(&mut self, namespace: &str, vmi: &str) {
+    fn recount_vmi_pods(&mut self, namespace: &Name, vmi: &str) {
         let Some(pods) = nested(&self.pods_by_vmi, namespace, vmi) else { return };
         // Usually one pod (the launcher); a migration adds its target.
-        let pods: Vec<String> = pods.iter().cloned().collect();
+        let pods: Vec<Name> = pods.iter().cloned().collect();
         for pod in pods {
             self.uncount_pod_devices(namespace, &pod);
             self.count_pod_devices(namespace, &pod);
@@ -540,7 +549,7 @@ impl View {
 
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
-        edit_nested_set(&mut self.usages_by_claim, namespace, &old.claim, &old.name, false);
+        edit_nested_set(&mut self.usages_by_claim, &old.namespace, &old.claim, &old.name, false);
         if let Some(claims) = self.open_usages.get_mut(namespace) {
             if let Some(open) = claims.get_mut(&old.claim) {
                 open.remove(&old.name);
@@ -571,7 +580,7 @@ impl View {
 
     /// Claims with open usage records, by namespace then claim, with the records' names: for walking claims and
     /// their records side by side.
-    pub fn open_usage_claims(&self) -> impl Iterator<Item = (&str, &str, &BTreeSet<String>)> {
+    pub fn open_usage_claims(&self) -> impl Iterator<Item = (&str, &str, &BTreeSet<Name>)> {
         self.open_usages.iter().flat_map(|(namespace, claims)| {
             claims.iter().map(move |(claim, names)| (namespace.as_str(), claim.as_str(), names))
         })
@@ -598,12 +607,12 @@ impl View {
                 self.capacity.refresh(class, &node.name, Some(node));
             }
         }
-        let claims: Vec<(String, ClaimIndexed)> =
+        let claims: Vec<(Name, ClaimIndexed)> =
             self.claims().map(|claim| (claim.namespace.clone(), ClaimIndexed::of(claim))).collect();
         for (namespace, claim) in &claims {
             self.count_claim_units(namespace, claim, true);
         }
-        let pods: Vec<(String, String)> = self.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect();
+        let pods: Vec<(Name, Name)> = self.pods().map(|p| (p.namespace.clone(), p.name.clone())).collect();
         for (namespace, name) in pods {
             let pod = &self.pods[&namespace][&name];
             if let Some(node) = occupied_node(pod).map(str::to_owned) {
@@ -627,9 +636,9 @@ impl View {
 struct ClaimIndexed {
     class: String,
     count: u32,
-    node: Option<String>,
-    attached_to: Option<String>,
-    owner_vmi: Option<String>,
+    node: Option<Name>,
+    attached_to: Option<Name>,
+    owner_vmi: Option<Name>,
     /// A held claim with no node, not being deleted: on the claims' queue.
     pending_held: bool,
 }
@@ -677,8 +686,8 @@ impl ClaimIndexed {
 struct PodIndexed {
     /// Its creation time while it holds the placement gate (the gated queue's order).
     gated_since: Option<Time>,
-    owner_vmi: Option<String>,
-    occupied: Option<String>,
+    owner_vmi: Option<Name>,
+    occupied: Option<Name>,
     cpu_millis: u64,
     memory_bytes: u64,
 }
@@ -688,7 +697,7 @@ impl PodIndexed {
         PodIndexed {
             gated_since: holds_placement_gate(pod).then_some(pod.created),
             owner_vmi: pod.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
-            occupied: occupied_node(pod).map(str::to_owned),
+            occupied: occupied_name(pod).map(std::borrow::Cow::into_owned),
             cpu_millis: pod.cpu_millis,
             memory_bytes: pod.memory_bytes,
         }
@@ -703,7 +712,7 @@ impl PodIndexed {
     }
 }
 
-fn edit_set<V: Ord>(map: &mut HashMap<String, BTreeSet<V>, Fixed>, key: &str, value: V, adding: bool) {
+fn edit_set<V: Ord>(map: &mut HashMap<Name, BTreeSet<V>, Fixed>, key: &Name, value: V, adding: bool) {
     if adding {
         hashed_entry_of(map, key).insert(value);
     } else if let Some(set) = map.get_mut(key) {
@@ -718,7 +727,7 @@ fn edit_set<V: Ord>(map: &mut HashMap<String, BTreeSet<V>, Fixed>, key: &str, va
 /// only ever looked up by key (what they hold, sets of names, stays ordered), and a hash lookup compares one key
 /// where a B-tree search compares a dozen that share long prefixes (`virt-launcher-...`). The hasher's seed is
 /// fixed, so nothing about them depends on the process.
-type Nested<V> = HashMap<String, HashMap<String, V, Fixed>, Fixed>;
+type Nested<V> = HashMap<Name, HashMap<Name, V, Fixed>, Fixed>;
 type Fixed = foldhash::fast::FixedState;
 
 /// Every value of a [`Nested`] map, in the order of `key`: what an ordered map would have listed.
@@ -732,16 +741,13 @@ fn nested<'a, V>(map: &'a Nested<V>, first: &str, second: &str) -> Option<&'a V>
     map.get(first)?.get(second)
 }
 
-/// The value at (`first`, `second`), created empty if missing; keys are copied only then.
-fn nested_entry<'a, V: Default>(map: &'a mut Nested<V>, first: &str, second: &str) -> &'a mut V {
+/// The value at (`first`, `second`), created empty if missing.
+fn nested_entry<'a, V: Default>(map: &'a mut Nested<V>, first: &Name, second: &Name) -> &'a mut V {
     hashed_entry_of(hashed_entry_of(map, first), second)
 }
 
-fn hashed_entry_of<'a, V: Default>(map: &'a mut HashMap<String, V, Fixed>, key: &str) -> &'a mut V {
-    if !map.contains_key(key) {
-        map.insert(key.to_owned(), V::default());
-    }
-    map.get_mut(key).expect("inserted above")
+fn hashed_entry_of<'a, V: Default>(map: &'a mut HashMap<Name, V, Fixed>, key: &Name) -> &'a mut V {
+    map.entry(key.clone()).or_default()
 }
 
 /// The value at `key`, created empty if missing; the key is copied only then.
@@ -765,12 +771,9 @@ fn prune<V>(map: &mut Nested<V>, first: &str, second: &str, is_empty: impl Fn(&V
 }
 
 /// Adds or removes `value` in the set at (`first`, `second`), dropping sets and maps that become empty.
-fn edit_nested_set(map: &mut Nested<BTreeSet<String>>, first: &str, second: &str, value: &str, adding: bool) {
+fn edit_nested_set(map: &mut Nested<BTreeSet<Name>>, first: &Name, second: &Name, value: &Name, adding: bool) {
     if adding {
-        let set = nested_entry(map, first, second);
-        if !set.contains(value) {
-            set.insert(value.to_owned());
-        }
+        nested_entry(map, first, second).insert(value.clone());
         return;
     }
     let Some(inner) = map.get_mut(first) else { return };
@@ -793,6 +796,17 @@ pub fn is_claims_pod(pod: &Pod) -> bool {
 pub fn holds_placement_gate(pod: &Pod) -> bool {
     // The gate first: most pods do not hold it, and reading the role takes four label lookups.
     pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT) && pod_role(pod).is_gated()
+}
+
+/// [`occupied_node`] as a shared name: the pod's own when it is bound; one made from its affinity when pinned.
+fn occupied_name(pod: &Pod) -> Option<std::borrow::Cow<'_, Name>> {
+    if pod.phase.is_terminal() {
+        return None;
+    }
+    match &pod.node_name {
+        Some(node) => Some(std::borrow::Cow::Borrowed(node)),
+        None => occupied_node(pod).map(|node| std::borrow::Cow::Owned(Name::from(node))),
+    }
 }
 
 /// The node whose resources a pod takes: where it is bound, or where it is pinned once ungated (the scheduler can

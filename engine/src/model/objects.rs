@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::Name;
+
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
 pub use crate::api::{ClaimPhase, GpuMode, VmiRef};
@@ -43,8 +45,8 @@ pub struct Reason {
 /// A GPUClaim as the rules see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claim {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     pub uid: String,
     pub resource_version: String,
     pub created: Time,
@@ -55,7 +57,7 @@ pub struct Claim {
     /// The VMI a template claim was ordered for (its controller ownerReference).
     pub owner_vmi: Option<VmiRef>,
     pub phase: ClaimPhase,
-    pub node: Option<String>,
+    pub node: Option<Name>,
     pub attached_to: Option<VmiRef>,
     /// The claim's Bound condition when it is not bound: why it waits.
     pub pending: Option<Reason>,
@@ -103,8 +105,8 @@ impl PodPhase {
 /// A Pod as the pod webhook and the reconciler see it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pod {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     pub uid: String,
     pub resource_version: String,
     pub created: Time,
@@ -121,7 +123,7 @@ pub struct Pod {
     /// `affinity.podAffinity` and `affinity.podAntiAffinity` (a migration target keeps off its source's node so).
     pub pod_affinity: Option<PodAffinity>,
     pub pod_anti_affinity: Option<PodAntiAffinity>,
-    pub node_name: Option<String>,
+    pub node_name: Option<Name>,
     pub phase: PodPhase,
     /// Requests the scheduler counts: containers summed, the largest init container, overhead.
     pub cpu_millis: u64,
@@ -171,8 +173,8 @@ pub struct GpuDevice {
 /// A VirtualMachineInstance as the VMI webhook and the reconciler see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Vmi {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     pub uid: String,
     pub resource_version: String,
     // Shared and copied on write, as a pod's: a VMI is copied for every watch event and most of a copy was these.
@@ -181,7 +183,7 @@ pub struct Vmi {
     pub gpus: Vec<GpuDevice>,
     pub phase: VmiPhase,
     /// `status.nodeName`: where the VMI runs (the target's node once a migration completes).
-    pub node_name: Option<String>,
+    pub node_name: Option<Name>,
     pub deleting: bool,
 }
 
@@ -194,16 +196,16 @@ impl Vmi {
 /// A GPUUsage record: one attachment of one claim to one VMI run on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     pub resource_version: String,
-    pub claim: String,
+    pub claim: Name,
     pub claim_uid: String,
     pub class: String,
     pub resource_name: String,
     pub count: u32,
     pub vmi: VmiRef,
-    pub node: String,
+    pub node: Name,
     pub start: Time,
     pub end: Option<Time>,
 }

@@ -283,7 +283,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                 // The same name is the previous run of this VM (VMI names are unique while they exist): the
                 // controller releases it before attaching again.
                 if let Some(holder) = claim.attached_to.as_ref().filter(|holder| holder.name != vmi_name) {
-                    return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.clone() });
+                    return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.to_string() });
                 }
                 if view.class(&claim.class).is_none() {
                     return Err(VmiRefusal::UnknownClass { class: claim.class.clone() });

@@ -18,7 +18,7 @@ pub mod gates;
 pub mod watch;
 
 use gpuclaim_engine::controller::{self, Action, ObjectRef};
-use gpuclaim_engine::model::{Claim, Node, Pod, Time, Usage, View, Vmi};
+use gpuclaim_engine::model::{Claim, Name, Node, Pod, Time, Usage, View, Vmi};
 
 use admission::{Admission, AdmissionError};
 use gates::{Invalid, validate_pod_create, validate_pod_update};
@@ -140,7 +140,7 @@ impl ApiServer {
     /// Creates a VMI through the VMI webhook (its patch applied). Returns the stored VMI.
     pub fn create_vmi(&mut self, mut vmi: Vmi) -> Result<&Vmi, ApiError> {
         if self.store.vmi(&vmi.namespace, &vmi.name).is_some() {
-            return Err(ApiError::AlreadyExists { kind: Kind::Vmi, name: vmi.name });
+            return Err(ApiError::AlreadyExists { kind: Kind::Vmi, name: vmi.name.to_string() });
         }
         self.admission.admit_vmi(&self.store, &mut vmi)?;
         vmi.resource_version = self.next_revision();
@@ -172,13 +172,8 @@ impl ApiServer {
             .remove_vmi(namespace, name)
             .ok_or(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() })?;
         let revision = self.next_revision();
-        self.watch.push(Change::Delete {
-            kind: Kind::Vmi,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            revision,
-        });
-        let pods: Vec<String> = self
+        self.watch.push(Change::Delete { kind: Kind::Vmi, namespace: namespace.into(), name: name.into(), revision });
+        let pods: Vec<Name> = self
             .store
             .vmi_pods(namespace, name)
             .filter(|pod| pod.owner_vmi.as_ref().is_some_and(|owner| owner.uid == vmi.uid))
@@ -187,7 +182,7 @@ impl ApiServer {
         for pod in pods {
             self.delete_pod(namespace, &pod)?;
         }
-        let claims: Vec<(String, String)> = self
+        let claims: Vec<(Name, String)> = self
             .store
             .claims_of_run(namespace, name)
             .filter(|claim| claim.owner_vmi.as_ref().is_some_and(|owner| owner.uid == vmi.uid))
@@ -202,12 +197,12 @@ impl ApiServer {
     /// Creates a pod through the pod webhook and the API server's validation.
     pub fn create_pod(&mut self, mut pod: Pod) -> Result<&Pod, ApiError> {
         if self.store.pod(&pod.namespace, &pod.name).is_some() {
-            return Err(ApiError::AlreadyExists { kind: Kind::Pod, name: pod.name });
+            return Err(ApiError::AlreadyExists { kind: Kind::Pod, name: pod.name.to_string() });
         }
         self.admission.mutate_pod(&self.store, &mut pod)?;
         validate_pod_create(&pod).map_err(|invalid| ApiError::Invalid {
             kind: Kind::Pod,
-            name: pod.name.clone(),
+            name: pod.name.to_string(),
             invalid,
         })?;
         pod.resource_version = self.next_revision();
@@ -251,8 +246,8 @@ impl ApiServer {
         if watched_pod(&pod) {
             self.watch.push(Change::Delete {
                 kind: Kind::Pod,
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: namespace.into(),
+                name: name.into(),
                 revision,
             });
         }
@@ -262,7 +257,7 @@ impl ApiServer {
     /// A tenant orders a claim: through the order webhook as `requester`.
     pub fn create_claim(&mut self, mut claim: Claim, requester: &str) -> Result<&Claim, ApiError> {
         if self.store.claim(&claim.namespace, &claim.name).is_some() {
-            return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name });
+            return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.to_string() });
         }
         self.admission.validate_order(&self.store, &claim, requester)?;
         claim.resource_version = self.next_revision();
@@ -308,9 +303,9 @@ impl ApiServer {
     /// at its own revision.
     fn collect_claim(&mut self, namespace: &str, name: &str, uid: &str) -> Vec<Change> {
         let deletion =
-            |kind, name: String, revision| Change::Delete { kind, namespace: namespace.to_owned(), name, revision };
-        let mut changes = vec![deletion(Kind::Claim, name.to_owned(), self.next_revision())];
-        let owned: Vec<String> = self
+            |kind, name: Name, revision| Change::Delete { kind, namespace: namespace.into(), name, revision };
+        let mut changes = vec![deletion(Kind::Claim, name.into(), self.next_revision())];
+        let owned: Vec<Name> = self
             .store
             .usages_of_claim(namespace, name)
             .filter(|usage| usage.claim_uid.is_empty() || usage.claim_uid == uid)
@@ -348,7 +343,7 @@ impl ApiServer {
         match action {
             Action::CreateClaim { claim, .. } => {
                 if self.store.claim(&claim.namespace, &claim.name).is_some() {
-                    return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.clone() });
+                    return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.to_string() });
                 }
                 let mut new = controller::created_claim(action, now).expect("a CreateClaim creates a claim");
                 self.admission.validate_order(&self.store, &new, requester)?;
@@ -383,7 +378,7 @@ impl ApiServer {
             }
             Action::OpenUsage { usage } => {
                 if self.store.usage(&usage.namespace, &usage.name).is_some() {
-                    return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.clone() });
+                    return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.to_string() });
                 }
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Usage, &ObjectRef::new(&usage.namespace, &usage.name)))?;
@@ -393,7 +388,7 @@ impl ApiServer {
                 let current = self
                     .store
                     .usage(&usage.namespace, &usage.name)
-                    .ok_or(ApiError::NotFound { kind: Kind::Usage, name: usage.name.clone() })?;
+                    .ok_or(ApiError::NotFound { kind: Kind::Usage, name: usage.name.to_string() })?;
                 if current.resource_version != *precondition {
                     return Err(conflict(Kind::Usage, usage));
                 }
@@ -408,7 +403,7 @@ impl ApiServer {
                 let old = self
                     .store
                     .pod(&key.namespace, &key.name)
-                    .ok_or(ApiError::NotFound { kind: Kind::Pod, name: key.name.clone() })?;
+                    .ok_or(ApiError::NotFound { kind: Kind::Pod, name: key.name.to_string() })?;
                 // A Pin is chained on the revision the Ungate before it returned: nothing can come between them.
                 let precondition = match action {
                     Action::PinAndUngate { precondition, .. }
@@ -427,7 +422,7 @@ impl ApiServer {
                 let new = self.store.pod(&key.namespace, &key.name).expect("written above");
                 if let Err(invalid) = validate_pod_update(&old, new) {
                     self.store.upsert_pod(old);
-                    return Err(ApiError::Invalid { kind: Kind::Pod, name: key.name.clone(), invalid });
+                    return Err(ApiError::Invalid { kind: Kind::Pod, name: key.name.to_string(), invalid });
                 }
                 let revision = self.next_revision();
                 self.store.edit_pod(&key.namespace, &key.name, |pod| pod.resource_version = revision);
@@ -455,7 +450,7 @@ impl ApiServer {
         let claim = self
             .store
             .claim(&key.namespace, &key.name)
-            .ok_or(ApiError::NotFound { kind: Kind::Claim, name: key.name.clone() })?;
+            .ok_or(ApiError::NotFound { kind: Kind::Claim, name: key.name.to_string() })?;
         if claim.resource_version != precondition {
             return Err(conflict(Kind::Claim, key));
         }
@@ -476,7 +471,7 @@ impl ApiServer {
 }
 
 fn conflict(kind: Kind, key: &ObjectRef) -> ApiError {
-    ApiError::Conflict { kind, name: key.name.clone() }
+    ApiError::Conflict { kind, name: key.name.to_string() }
 }
 
 fn action_drops_finalizer(action: &Action) -> bool {

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::model::{Claim, Class, Node, Pod, Usage, View, Vmi, holds_placement_gate};
+use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi, holds_placement_gate};
 
 use super::Kind;
 use crate::kernel::Millis;
@@ -29,7 +29,7 @@ pub enum Change {
     /// ADDED or MODIFIED.
     Upsert(Object),
     /// DELETED, at `revision`.
-    Delete { kind: Kind, namespace: String, name: String, revision: String },
+    Delete { kind: Kind, namespace: Name, name: Name, revision: String },
 }
 
 /// The stream of one watcher: changes queued with the time they are due.
@@ -51,23 +51,23 @@ pub struct Watch {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
     pub kind: Kind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl Change {
     /// The object the change is about.
     pub fn key(&self) -> ObjectKey {
         let (kind, namespace, name) = match self {
-            Change::Upsert(Object::Class(o)) => (Kind::Class, "", o.name.as_str()),
-            Change::Upsert(Object::Claim(o)) => (Kind::Claim, o.namespace.as_str(), o.name.as_str()),
-            Change::Upsert(Object::Usage(o)) => (Kind::Usage, o.namespace.as_str(), o.name.as_str()),
-            Change::Upsert(Object::Pod(o)) => (Kind::Pod, o.namespace.as_str(), o.name.as_str()),
-            Change::Upsert(Object::Vmi(o)) => (Kind::Vmi, o.namespace.as_str(), o.name.as_str()),
-            Change::Upsert(Object::Node(o)) => (Kind::Node, "", o.name.as_str()),
-            Change::Delete { kind, namespace, name, .. } => (*kind, namespace.as_str(), name.as_str()),
+            Change::Upsert(Object::Class(o)) => (Kind::Class, Name::default(), Name::from(o.name.as_str())),
+            Change::Upsert(Object::Claim(o)) => (Kind::Claim, o.namespace.clone(), o.name.clone()),
+            Change::Upsert(Object::Usage(o)) => (Kind::Usage, o.namespace.clone(), o.name.clone()),
+            Change::Upsert(Object::Pod(o)) => (Kind::Pod, o.namespace.clone(), o.name.clone()),
+            Change::Upsert(Object::Vmi(o)) => (Kind::Vmi, o.namespace.clone(), o.name.clone()),
+            Change::Upsert(Object::Node(o)) => (Kind::Node, Name::default(), Name::from(o.name.as_str())),
+            Change::Delete { kind, namespace, name, .. } => (*kind, namespace.clone(), name.clone()),
         };
-        ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+        ObjectKey { kind, namespace, name }
     }
 }
 
@@ -148,8 +148,8 @@ fn revision(resource_version: &str) -> u64 {
 /// What a change touched, for the watcher's work queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Touched {
-    Claim(String, String),
-    Vmi(String, String),
+    Claim(Name, Name),
+    Vmi(Name, Name),
     Node(String),
     /// A pod change the reconciler acts on: a pod at the placement gate, a pod that ended or went (units or
     /// CPU free for the waiters). Pods need no key: every pass serves the whole queue.
@@ -236,7 +236,7 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
     }
 }
 
-fn delete(cache: &mut View, kind: Kind, namespace: String, name: String, at: u64) -> Option<Touched> {
+fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) -> Option<Touched> {
     // A cached object newer than the deletion is a re-creation the cache already saw: keep it.
     let keep = |cached: &str| revision(cached) > at;
     match kind {
@@ -280,7 +280,7 @@ fn delete(cache: &mut View, kind: Kind, namespace: String, name: String, at: u64
                 return None;
             }
             cache.remove_node(&name);
-            Some(Touched::Node(name))
+            Some(Touched::Node(name.to_string()))
         }
     }
 }

@@ -396,7 +396,7 @@ impl Expectation {
                     .filter(|pod| pod_role(pod) == *role && !pod.phase.is_terminal())
                     .max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
                 if let Some(pod) = pod {
-                    seen_pods.insert(pod.name.clone());
+                    seen_pods.insert(pod.name.to_string());
                 }
                 let state = match pod {
                     None if seen_pods.is_empty() => "Absent",

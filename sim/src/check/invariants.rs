@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Claim, Pod, Time, View};
+use gpuclaim_engine::model::{Claim, Name, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
 use gpuclaim_engine::rules::{PodRole, pod_role};
 use gpuclaim_engine::scheduling::is_pinned_to;
@@ -91,7 +91,7 @@ fn violation(invariant: Invariant, detail: String) -> Violation {
 /// The default reaction time: watch lag, a pass, retries after refused writes, with room to spare.
 pub const REACTION_TIME_DEFAULT: Millis = Millis::seconds(60);
 
-type Key = (String, String);
+type Key = (Name, Name);
 
 /// The ledgers that are only looked up by key are hashed with a fixed seed: nothing reads their order.
 type Ledger<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
@@ -100,7 +100,7 @@ type Ledger<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 #[derive(Clone, Debug, Default, PartialEq)]
 struct SeenPod {
     /// Bound and not finished: the node its devices are booked on.
-    booked_on: Option<String>,
+    booked_on: Option<Name>,
     /// The pod's requests (shared with it); counted only while it is booked.
     devices: Arc<BTreeMap<String, u64>>,
     /// A role the gate holds (under the run's variant).
@@ -117,7 +117,7 @@ struct SeenPod {
 /// What the checks remember of a claim.
 #[derive(Clone, Debug)]
 struct SeenClaim {
-    node: Option<String>,
+    node: Option<Name>,
     resource: String,
     class: String,
     units: u64,
@@ -126,7 +126,7 @@ struct SeenClaim {
 impl SeenClaim {
     /// Whether `claim` (whose class counts `resource`) would be remembered as this, compared without copying it.
     fn is(&self, claim: &Claim, resource: &str) -> bool {
-        self.node == claim.node
+        self.node.as_deref() == claim.node.as_deref()
             && self.resource == resource
             && self.class == claim.class
             && self.units == u64::from(claim.count)
@@ -140,7 +140,7 @@ pub struct Invariants {
     variant: Variant,
     pods: Ledger<Key, SeenPod>,
     /// node → resource → units the bound, live pods there request.
-    pod_devices: Ledger<String, BTreeMap<String, u64>>,
+    pod_devices: Ledger<Name, BTreeMap<String, u64>>,
     claims: Ledger<Key, SeenClaim>,
     /// (node, resource) → units of the claims bound there.
     claim_units: Ledger<Key, u64>,
@@ -149,7 +149,7 @@ pub struct Invariants {
     /// (namespace, held claim) → uids of the VMIs whose live, ungated pods list it.
     holders: Ledger<Key, BTreeSet<String>>,
     /// usage record → its claim (to find the claim when the record is gone).
-    usage_claims: Ledger<Key, String>,
+    usage_claims: Ledger<Key, Name>,
     /// Claims whose usage records disagree with their attachment, since when.
     mismatched: BTreeMap<Key, Millis>,
     /// Gated pods whose set fits on some node, since when (continuously at every sample).
@@ -244,7 +244,7 @@ impl Invariants {
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
         let mut booked = Vec::new();
         for object in touched.into_iter().filter(|o| o.kind == Kind::Pod) {
-            booked.extend(self.pod(store, (object.namespace, object.name))?);
+            booked.extend(self.pod(store, (object.namespace.clone(), object.name.clone()))?);
         }
         for (pod, node) in booked {
             self.judge_pod_devices(store, &pod, &node)?;
@@ -281,15 +281,15 @@ impl Invariants {
         if let Some(old) = &old
             && let Some(node) = &old.node
         {
-            subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
-            subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
+            subtract(&mut self.claim_units, (node.clone(), old.resource.as_str().into()), old.units);
+            subtract(&mut self.bound, (key.0.clone(), old.class.as_str().into()), old.units);
         }
         let new = new?;
         let mut grew = false;
         if let Some(node) = &new.node {
             grew = old.as_ref().is_none_or(|old| old.node.as_ref() != Some(node) || old.units < new.units);
-            add(&mut self.claim_units, (node.clone(), new.resource.clone()), new.units);
-            add(&mut self.bound, (key.0.clone(), new.class.clone()), new.units);
+            add(&mut self.claim_units, (node.clone(), new.resource.as_str().into()), new.units);
+            add(&mut self.bound, (key.0.clone(), new.class.as_str().into()), new.units);
         }
         self.claims.insert(key.clone(), new);
         grew.then_some(key)
@@ -299,7 +299,7 @@ impl Invariants {
     fn judge_claim(&self, store: &View, key: &Key) -> Result<(), Violation> {
         let Some(claim) = self.claims.get(key) else { return Ok(()) };
         let Some(node) = &claim.node else { return Ok(()) };
-        let booked = self.claim_units.get(&(node.clone(), claim.resource.clone())).copied().unwrap_or(0);
+        let booked = self.claim_units.get(&(node.clone(), claim.resource.as_str().into())).copied().unwrap_or(0);
         let allocatable = store.node(node).and_then(|n| n.devices.get(&claim.resource).copied()).unwrap_or(0);
         if booked > allocatable {
             let there: Vec<String> =
@@ -316,7 +316,7 @@ impl Invariants {
                 ),
             ));
         }
-        let bound = self.bound.get(&(key.0.clone(), claim.class.clone())).copied().unwrap_or(0);
+        let bound = self.bound.get(&(key.0.clone(), claim.class.as_str().into())).copied().unwrap_or(0);
         let budget = store.tenant(&key.0).and_then(|t| t.budget(&claim.class));
         if let Some(budget) = budget.filter(|budget| bound > *budget) {
             return Err(violation(
@@ -332,7 +332,7 @@ impl Invariants {
 
     /// Takes a pod's new state into the ledgers and judges its gate and its set; returns the pod and its node when it
     /// was bound there in this event (its devices are judged once every change of the event is in).
-    fn pod(&mut self, store: &View, key: Key) -> Result<Option<(Key, String)>, Violation> {
+    fn pod(&mut self, store: &View, key: Key) -> Result<Option<(Key, Name)>, Violation> {
         let old = self.pods.remove(&key).unwrap_or_default();
         let pod = store.pod(&key.0, &key.1);
         let new = pod.map(|pod| self.seen(pod, &old)).unwrap_or_default();
@@ -349,7 +349,7 @@ impl Invariants {
         }
         if let Some(uid) = &old.holds {
             for claim in &old.held {
-                if let Some(holders) = self.holders.get_mut(&(key.0.clone(), claim.clone())) {
+                if let Some(holders) = self.holders.get_mut(&(key.0.clone(), claim.as_str().into())) {
                     holders.remove(uid);
                 }
             }
@@ -382,7 +382,7 @@ impl Invariants {
         }
         if let Some(uid) = &new.holds {
             for claim in &new.held {
-                let holders = self.holders.entry((key.0.clone(), claim.clone())).or_default();
+                let holders = self.holders.entry((key.0.clone(), claim.as_str().into())).or_default();
                 holders.insert(uid.clone());
                 if holders.len() > 1 {
                     let runs: Vec<&str> = holders.iter().map(String::as_str).collect();
@@ -487,7 +487,7 @@ impl Invariants {
         for action in reconcile_changes_with(store, time, &Changes::default(), &self.variant) {
             match action {
                 Action::PinAndUngate { pod, node, .. } | Action::Pin { pod, node, .. } => {
-                    fits.insert((pod.namespace, pod.name), node);
+                    fits.insert((pod.namespace.clone(), pod.name.clone()), node);
                 }
                 _ => {}
             }
@@ -510,7 +510,7 @@ impl Invariants {
 }
 
 fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+    ObjectKey { kind, namespace: namespace.into(), name: name.into() }
 }
 
 /// The pod's attachments: (held claim name, template index) each.

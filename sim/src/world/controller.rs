@@ -54,7 +54,7 @@ impl World {
         for action in &actions {
             let written = if self.injected_conflict() && !matches!(action, Action::Event { .. }) {
                 let (kind, object) = target(action);
-                Err(ApiError::Conflict { kind, name: object.name })
+                Err(ApiError::Conflict { kind, name: object.name.to_string() })
             } else {
                 self.api.write(action, now, &self.controller.user.clone())
             };
@@ -167,7 +167,7 @@ impl World {
                     .claim(&claim.namespace, &claim.name)
                     .and_then(|c| c.node.clone())
                     .unwrap_or_default();
-                self.record("gpu-controller", &format_args!("GPUClaim {claim}"), what, vec![("node", node)])
+                self.record("gpu-controller", &format_args!("GPUClaim {claim}"), what, vec![("node", node.to_string())])
             }
             Action::PinAndUngate { pod, node, .. } => {
                 if let Some(created) = self.api.store().pod(&pod.namespace, &pod.name).map(|p| p.created) {
@@ -180,12 +180,12 @@ impl World {
                     "PinnedAndUngated",
                     vec![("node", node.clone())],
                 )?;
-                let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
+                let event = Event::Schedule { namespace: pod.namespace.to_string(), pod: pod.name.to_string() };
                 self.schedule_at(self.now(), event)
             }
             Action::Ungate { pod, .. } => {
                 self.record("gpu-controller", &format_args!("Pod {pod}"), "Ungated", vec![])?;
-                let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
+                let event = Event::Schedule { namespace: pod.namespace.to_string(), pod: pod.name.to_string() };
                 self.schedule_at(self.now(), event)
             }
             Action::Pin { pod, node, .. } => {
@@ -198,7 +198,7 @@ impl World {
             }
             Action::OpenUsage { usage } => {
                 let object = Named("GPUUsage", &usage.namespace, &usage.name);
-                self.record("gpu-controller", &object, "Opened", vec![("node", usage.node.clone())])
+                self.record("gpu-controller", &object, "Opened", vec![("node", usage.node.to_string())])
             }
             Action::CloseUsage { usage, .. } => {
                 self.record("gpu-controller", &format_args!("GPUUsage {usage}"), "Closed", vec![])

@@ -3,7 +3,7 @@
 
 use crate::log::Named;
 use gpuclaim_engine::keys::{self, kubevirt};
-use gpuclaim_engine::model::{PodPhase, Vmi, VmiPhase};
+use gpuclaim_engine::model::{Name, PodPhase, Vmi, VmiPhase};
 use gpuclaim_engine::rules::{VmRender, render_vm};
 use std::sync::Arc;
 
@@ -70,8 +70,8 @@ impl World {
         let vm = &self.vms[&key];
         let object = Named("VirtualMachine", namespace, name);
         let mut vmi = Vmi {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            namespace: namespace.into(),
+            name: name.into(),
             uid: format!("uid-vmi-{name}-{}", self.kernel.handled()),
             ..Vmi::default()
         };
@@ -177,7 +177,7 @@ impl World {
         let node = vmi.node_name.clone().unwrap_or_default();
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
         let object = Named("VirtualMachineInstance", namespace, name);
-        self.record("virt-handler", &object, "Running", vec![("node", node)])?;
+        self.record("virt-handler", &object, "Running", vec![("node", node.to_string())])?;
         self.stats.vm_starts += 1;
         let mut units: BTreeMap<String, i64> = BTreeMap::new();
         for gpu in &self.api.store().vmi(namespace, name).expect("updated above").gpus {
@@ -221,7 +221,7 @@ impl World {
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
         self.run_ended(namespace, name);
         self.record("virt-handler", &Named("VirtualMachineInstance", namespace, name), "Succeeded", vec![])?;
-        let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
+        let pods: Vec<Name> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in pods {
             self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
         }
@@ -266,7 +266,7 @@ impl World {
 
     /// The VMI goes, and with it (the garbage collector) its pods and template claims.
     fn remove_vmi(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
-        let pods: Vec<String> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
+        let pods: Vec<Name> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in &pods {
             self.scheduler_forget(namespace, pod);
         }
@@ -279,7 +279,7 @@ impl World {
 
     /// Something deletes a VM's launcher.
     pub(super) fn delete_launcher(&mut self, namespace: &str, vm: &str) -> Result<(), WorldError> {
-        let pods: Vec<String> = self.api.store().vmi_pods(namespace, vm).map(|pod| pod.name.clone()).collect();
+        let pods: Vec<Name> = self.api.store().vmi_pods(namespace, vm).map(|pod| pod.name.clone()).collect();
         for pod in pods {
             self.scheduler_forget(namespace, &pod);
             if self.api.delete_pod(namespace, &pod).is_ok() {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpuclaim_engine::keys::kubevirt;
-use gpuclaim_engine::model::{GpuMode, PodPhase, View, Vmi, VmiPhase};
+use gpuclaim_engine::model::{GpuMode, Name, PodPhase, View, Vmi, VmiPhase};
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodAntiAffinity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
@@ -110,7 +110,7 @@ impl World {
         let migration = Migration {
             namespace: namespace.to_owned(),
             vmi: vmi.to_owned(),
-            source_node,
+            source_node: source_node.to_string(),
             target_pod: None,
             target_created: self.now(),
             phase: Phase::Pending,
@@ -237,7 +237,7 @@ impl World {
         if self.api.update_vmi(&namespace, &vmi, |v| v.node_name = Some(node.clone())).is_err() {
             return self.finish_migration(uid, Phase::Failed, "the VMI is gone");
         }
-        let sources: Vec<String> = self
+        let sources: Vec<Name> = self
             .api
             .store()
             .vmi_pods(&namespace, &vmi)
@@ -294,7 +294,7 @@ impl World {
         if !self.drains.contains_key(node) {
             return Ok(());
         }
-        let on_node: Vec<(String, String, bool)> = self
+        let on_node: Vec<(Name, Name, bool)> = self
             .api
             .store()
             .vmis()
@@ -308,7 +308,12 @@ impl World {
         for (namespace, vmi, migratable) in on_node {
             if migratable {
                 self.migrate(&namespace, &vmi, true)?;
-            } else if self.drains.get_mut(node).expect("checked above").blocked.insert((namespace.clone(), vmi.clone()))
+            } else if self
+                .drains
+                .get_mut(node)
+                .expect("checked above")
+                .blocked
+                .insert((namespace.to_string(), vmi.to_string()))
             {
                 let object = Named("VirtualMachineInstance", &namespace, &vmi);
                 let message = "cannot evict: the VMI is not live-migratable (evictionStrategy LiveMigrate)".to_owned();

@@ -7,6 +7,7 @@
 //! `not-ready` (NoExecute) given to every pod that does not set its own.
 
 use crate::log::Named;
+use gpuclaim_engine::model::Name;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Taint;
@@ -57,7 +58,7 @@ impl World {
         if self.silent_nodes.get(name) != Some(&since) {
             return Ok(());
         }
-        let evicted: Vec<(String, String, Option<String>)> = self
+        let evicted: Vec<(Name, Name, Option<Name>)> = self
             .api
             .store()
             .pods()

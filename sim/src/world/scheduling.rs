@@ -31,7 +31,7 @@ impl World {
         let volume_node = pod
             .owner_vmi
             .as_ref()
-            .and_then(|vmi| self.vms.get(&(namespace.to_owned(), vmi.name.clone())))
+            .and_then(|vmi| self.vms.get(&(namespace.to_owned(), vmi.name.to_string())))
             .and_then(|vm| vm.volume_node.clone());
         let avoided = avoided_nodes(store, pod);
         let placed = |node: &str| {
@@ -62,7 +62,7 @@ impl World {
                 let resources = self.node_verdicts.resources_mut();
                 self.requested.entry(node.clone()).or_default().add(pod, resources);
                 self.api
-                    .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.clone()))
+                    .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.as_str().into()))
                     .expect("read above");
                 self.scheduling_queue.forget(namespace, name);
                 if let Some(uid) = migration_of(self.api.store(), namespace, name) {
@@ -115,7 +115,7 @@ impl World {
         let Some(pod) = self.api.store().pod(namespace, name) else { return };
         if let (Some(node), false) = (pod.node_name.as_ref(), pod.phase.is_terminal()) {
             let resources = self.node_verdicts.resources();
-            self.requested.get_mut(node).expect("a bound pod is counted").remove(pod, resources);
+            self.requested.get_mut(node.as_str()).expect("a bound pod is counted").remove(pod, resources);
         }
     }
 
@@ -128,7 +128,7 @@ impl World {
         let node = pod.node_name.clone().unwrap_or_default();
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
-        self.record("kubelet", &Named("Pod", namespace, name), "Running", vec![("node", node.clone())])?;
+        self.record("kubelet", &Named("Pod", namespace, name), "Running", vec![("node", node.to_string())])?;
         if let Some(uid) = migration_of(self.api.store(), namespace, name) {
             return self.migration_target_running(&uid);
         }
@@ -140,7 +140,7 @@ impl World {
             vmi.node_name = Some(node);
         });
         if scheduled.is_ok() {
-            let event = Event::VmiRunning { namespace: namespace.to_owned(), vmi: vmi_name };
+            let event = Event::VmiRunning { namespace: namespace.to_owned(), vmi: vmi_name.to_string() };
             self.schedule_at(self.now() + self.timing.vmi_running_after, event)?;
         }
         Ok(())
@@ -200,7 +200,7 @@ fn avoided_nodes(store: &View, pod: &Pod) -> BTreeSet<String> {
             let running_there =
                 other.node_name.as_ref().filter(|_| !other.phase.is_terminal() && other.name != pod.name);
             if let Some(node) = running_there.filter(|_| crate::kubevirt::selector::matches(&selector, &other.labels)) {
-                avoided.insert(node.clone());
+                avoided.insert(node.to_string());
             }
         }
     }

@@ -63,8 +63,8 @@ impl World {
         self.schedule_at(self.now() + next, Event::Arrival { workload: index })?;
         let Some(order) = held_claim else { return self.create_vm(vm, None) };
         let claim = Claim {
-            namespace: vm.namespace.clone(),
-            name: vm.name.clone(),
+            namespace: vm.namespace.clone().into(),
+            name: vm.name.clone().into(),
             uid: format!("uid-claim-{}-{}", vm.name, self.kernel.handled()),
             created: self.time(),
             class: order.class,
