@@ -45,7 +45,7 @@ pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim
         name: name.into(),
         uid: format!("uid-{namespace}-{name}"),
         resource_version: "1".to_owned(),
-        class: class.to_owned(),
+        class: class.into(),
         count,
         finalizer: true,
         ..Claim::default()

@@ -603,7 +603,7 @@ impl Scenario {
                     name: held.name.clone().into(),
                     uid: format!("uid-claim-{}-{}", tenant.name, held.name),
                     resource_version: "1".to_owned(),
-                    class: held.class.clone(),
+                    class: held.class.as_str().into(),
                     count: held.count,
                     ..Claim::default()
                 });

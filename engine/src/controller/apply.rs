@@ -153,7 +153,7 @@ pub fn created_claim(action: &Action, now: Time) -> Option<Claim> {
         uid: format!("uid-{}-{}", claim.namespace, claim.name),
         resource_version: "2".to_owned(),
         created: now,
-        class: class.clone(),
+        class: class.as_str().into(),
         count: *count,
         template: true,
         owner_vmi: Some(owner.clone()),

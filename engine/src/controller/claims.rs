@@ -140,7 +140,7 @@ impl<'v> Pass<'v> {
 
     pub(super) fn find_node_for_claim(&self, claim: &Claim) -> Result<String, Wait> {
         let view = self.view;
-        let class = view.class(&claim.class).ok_or_else(|| Wait::ClassMissing { class: claim.class.clone() })?;
+        let class = view.class(&claim.class).ok_or_else(|| Wait::ClassMissing { class: claim.class.to_string() })?;
         let units = u64::from(claim.count);
         // Its own units, if still counted on a lost node, move rather than add.
         let own = if self.node_of(claim).is_some() { units } else { 0 };

@@ -108,10 +108,10 @@ struct Pass<'v> {
     deleted: BTreeSet<ClaimKey<'v>>,
     /// Template claims this pass creates.
     created: BTreeMap<(Name, Name), NewClaim>,
-    /// (resource, node) → units this pass frees (+) or takes (−).
-    units: BTreeMap<(String, Name), i64>,
-    /// (namespace, class) → bound units this pass adds (+) or releases (−).
-    bound: BTreeMap<(String, String), i64>,
+    /// resource → node → units this pass frees (+) or takes (−). In two levels so a lookup borrows its names.
+    units: BTreeMap<String, BTreeMap<Name, i64>>,
+    /// namespace → class → bound units this pass adds (+) or releases (−).
+    bound: BTreeMap<String, BTreeMap<String, i64>>,
     /// (namespace, VMI) → (node, resource, units) of claims attached to the VMI there, added or removed this pass.
     /// A VMI's entries are one or two, so they are a list looked up by borrowed names, not a map keyed by copies.
     attached: BTreeMap<(Name, Name), Vec<Attached>>,
@@ -200,14 +200,14 @@ impl<'v> Pass<'v> {
     fn account(&mut self, namespace: &Name, class: &str, count: u32, status: &ClaimStatus, adding: bool) {
         let Some(node) = &status.node else { return };
         let delta = if adding { i64::from(count) } else { -i64::from(count) };
-        *self.bound.entry((namespace.to_string(), class.to_owned())).or_insert(0) += delta;
-        let Some(resource) = self.view.class(class).map(|c| c.resource_name.clone()) else { return };
-        *self.units.entry((resource.clone(), node.clone())).or_insert(0) -= delta;
+        shift(&mut self.bound, namespace, class, delta);
+        let Some(resource) = self.view.class(class).map(|c| c.resource_name.as_str()) else { return };
+        shift(&mut self.units, resource, node, -delta);
         if let Some(vmi) = &status.attached_to {
             let entries = self.attached.entry((namespace.clone(), vmi.name.clone())).or_default();
             match entries.iter_mut().find(|(n, r, _)| n == node && *r == resource) {
                 Some((_, _, units)) => *units += delta,
-                None => entries.push((node.clone(), resource, delta)),
+                None => entries.push((node.clone(), resource.to_owned(), delta)),
             }
         }
     }
@@ -226,13 +226,7 @@ impl<'v> Pass<'v> {
     /// Free units of `class` on `node` after this pass's decisions; `None` when the node does not offer it.
     fn free(&self, class: &Class, node: &str) -> Option<u64> {
         let indexed = self.view.capacity().free(&class.name, node)?;
-        // The overlay's key is owned: build it only when the pass has moved units at all (most candidates are
-        // read before any decision).
-        let delta = if self.units.is_empty() {
-            0
-        } else {
-            self.units.get(&(class.resource_name.clone(), Name::from(node))).copied().unwrap_or(0)
-        };
+        let delta = overlay(&self.units, &class.resource_name, node);
         if indexed == 0 && delta > 0 {
             // The index shows an overbooked node as 0 free (a device failed under its claims): units this pass
             // frees there pay that debt first, or a released claim's units would be handed out twice.
@@ -247,11 +241,7 @@ impl<'v> Pass<'v> {
     /// Units of `class` the namespace holds on nodes after this pass's decisions.
     fn bound_units(&self, namespace: &str, class: &str) -> u64 {
         let indexed = self.view.tenant(namespace).map_or(0, |t| t.units_bound(class));
-        let delta = if self.bound.is_empty() {
-            0
-        } else {
-            self.bound.get(&(namespace.to_owned(), class.to_owned())).copied().unwrap_or(0)
-        };
+        let delta = overlay(&self.bound, namespace, class);
         indexed.saturating_add_signed(delta)
     }
 
@@ -310,6 +300,34 @@ impl<'v> Pass<'v> {
         rest.sort_by_key(Action::rank);
         writes.extend(rest);
         writes
+    }
+}
+
+/// What an overlay in two levels holds at (`first`, `second`) (0 when nothing moved there).
+fn overlay<K: std::borrow::Borrow<str> + Ord>(
+    map: &BTreeMap<String, BTreeMap<K, i64>>,
+    first: &str,
+    second: &str,
+) -> i64 {
+    map.get(first).and_then(|inner| inner.get(second)).copied().unwrap_or(0)
+}
+
+/// Adds `delta` to an overlay in two levels at (`first`, `second`); keys are copied only when first seen.
+fn shift<K: std::borrow::Borrow<str> + Ord + for<'a> From<&'a str>>(
+    map: &mut BTreeMap<String, BTreeMap<K, i64>>,
+    first: &str,
+    second: &str,
+    delta: i64,
+) {
+    if !map.contains_key(first) {
+        map.insert(first.to_owned(), BTreeMap::new());
+    }
+    let inner = map.get_mut(first).expect("inserted above");
+    match inner.get_mut(second) {
+        Some(total) => *total += delta,
+        None => {
+            inner.insert(K::from(second), delta);
+        }
     }
 }
 

@@ -366,12 +366,8 @@ impl<'v> Pass<'v> {
     /// name: the index's order, with the nodes this pass touched re-sorted by what they will have.
     pub(super) fn candidates<'a>(&'a self, class: &'a Class, units: u64) -> impl Iterator<Item = (u64, &'a str)> + 'a {
         let resource = class.resource_name.as_str();
-        let touched: Vec<&str> = self
-            .units
-            .range((resource.to_owned(), Name::default())..)
-            .take_while(|((r, _), _)| r == resource)
-            .map(|((_, node), _)| node.as_str())
-            .collect();
+        let touched: Vec<&str> =
+            self.units.get(resource).into_iter().flatten().map(|(node, _)| node.as_str()).collect();
         let mut adjusted: Vec<(u64, &str)> = touched
             .iter()
             .filter_map(|node| self.free(class, node).map(|free| (free, *node)))

@@ -44,11 +44,11 @@ impl Pass<'_> {
                 let applied = self.settled.remove(&key).unwrap_or_default();
                 for (slot, delta) in &wanted {
                     let before = applied.get(slot).copied().unwrap_or(0);
-                    *self.units.entry(slot.clone()).or_insert(0) += delta - before;
+                    super::shift(&mut self.units, &slot.0, &slot.1, delta - before);
                 }
                 for (slot, before) in &applied {
                     if !wanted.contains_key(slot) {
-                        *self.units.entry(slot.clone()).or_insert(0) -= before;
+                        super::shift(&mut self.units, &slot.0, &slot.1, -before);
                     }
                 }
                 self.settled.insert(key, wanted);
@@ -90,8 +90,7 @@ impl Pass<'_> {
         let mut published = capacity.published(class);
         let mut touched = BTreeSet::new();
         let mut largest_touched = 0;
-        let slots = self.units.range((resource.to_owned(), Name::default())..).take_while(|((r, _), _)| r == resource);
-        for ((_, node), delta) in slots {
+        for (node, delta) in self.units.get(resource).into_iter().flatten() {
             let Some(indexed) = capacity.free(class, node) else { continue };
             let free = indexed.saturating_add_signed(*delta);
             published.free_units = (published.free_units + free).saturating_sub(indexed);

@@ -39,7 +39,7 @@ pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
         uid: claim.uid().unwrap_or_default(),
         resource_version: claim.resource_version().unwrap_or_default(),
         created: time_of(claim.metadata.creation_timestamp.as_ref()),
-        class: claim.spec.class_name.clone(),
+        class: claim.spec.class_name.as_str().into(),
         count: claim.spec.count,
         template: claim.labels().get(keys::LABEL_TEMPLATE_CLAIM).map(String::as_str) == Some(keys::TRUE),
         owner_vmi: controller_owner(&claim.metadata, keys::kubevirt::KIND_VMI),

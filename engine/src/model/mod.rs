@@ -299,7 +299,7 @@ impl View {
             self.unavailable.insert(node.to_string());
         }
         self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
-        let Some(class) = self.classes.get(&claim.class) else { return };
+        let Some(class) = self.classes.get(claim.class.as_str()) else { return };
         if let Some(vmi) = &claim.attached_to {
             let by_node = nested_entry(&mut self.vmi_claim_units, namespace, vmi);
             let units = by_node.entry(node.clone()).or_default();
@@ -320,7 +320,7 @@ impl View {
             self.recount_vmi_pods(namespace, vmi);
         }
         // The class is looked up again: the recount above needed the view whole.
-        let class = &self.classes[&claim.class];
+        let class = &self.classes[claim.class.as_str()];
         self.capacity.refresh_resource(&class.resource_name, &self.classes, node, self.nodes.get(node));
     }
 
@@ -634,7 +634,7 @@ impl View {
 /// What the indexes read of a claim.
 #[derive(PartialEq)]
 struct ClaimIndexed {
-    class: String,
+    class: Name,
     count: u32,
     node: Option<Name>,
     attached_to: Option<Name>,

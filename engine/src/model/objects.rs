@@ -50,7 +50,7 @@ pub struct Claim {
     pub uid: String,
     pub resource_version: String,
     pub created: Time,
-    pub class: String,
+    pub class: Name,
     pub count: u32,
     /// Carries the template mark: the controller ordered it for one VMI run.
     pub template: bool,

@@ -115,7 +115,8 @@ pub fn validate_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
             Some(_) => Ok(()),
         };
     }
-    let class = view.class(&claim.class).ok_or_else(|| OrderRefusal::ClassMissing { class: claim.class.clone() })?;
+    let class =
+        view.class(&claim.class).ok_or_else(|| OrderRefusal::ClassMissing { class: claim.class.to_string() })?;
     if claim.count == 0 {
         return Err(OrderRefusal::CountNotPositive);
     }

@@ -218,7 +218,7 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
         match attachment.claim.as_deref().and_then(|name| view.claim(namespace, name)) {
             Some(held) if held.node.is_none() => {
                 return Err(VmiRefusal::CapacityShort {
-                    class: held.class.clone(),
+                    class: held.class.to_string(),
                     count: u64::from(held.count),
                     largest_free_on_node: view.class(&held.class).map_or(0, |c| c.published.largest_free_on_node),
                 });
@@ -286,7 +286,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                     return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.to_string() });
                 }
                 if view.class(&claim.class).is_none() {
-                    return Err(VmiRefusal::UnknownClass { class: claim.class.clone() });
+                    return Err(VmiRefusal::UnknownClass { class: claim.class.to_string() });
                 }
                 if let Some(node) = claim.node.as_deref() {
                     match first_bound {

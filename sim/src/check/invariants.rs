@@ -118,8 +118,9 @@ struct SeenPod {
 #[derive(Clone, Debug)]
 struct SeenClaim {
     node: Option<Name>,
-    resource: String,
-    class: String,
+    // Names, as they key the ledgers below: a claim moved is two reference counts, not two copies.
+    resource: Name,
+    class: Name,
     units: u64,
 }
 
@@ -274,22 +275,22 @@ impl Invariants {
         let old = self.claims.remove(&key);
         let new = stored.map(|claim| SeenClaim {
             node: claim.node.clone(),
-            resource: resource(claim).to_owned(),
-            class: claim.class.clone(),
+            resource: resource(claim).into(),
+            class: claim.class.as_str().into(),
             units: u64::from(claim.count),
         });
         if let Some(old) = &old
             && let Some(node) = &old.node
         {
-            subtract(&mut self.claim_units, (node.clone(), old.resource.as_str().into()), old.units);
-            subtract(&mut self.bound, (key.0.clone(), old.class.as_str().into()), old.units);
+            subtract(&mut self.claim_units, (node.clone(), old.resource.clone()), old.units);
+            subtract(&mut self.bound, (key.0.clone(), old.class.clone()), old.units);
         }
         let new = new?;
         let mut grew = false;
         if let Some(node) = &new.node {
             grew = old.as_ref().is_none_or(|old| old.node.as_ref() != Some(node) || old.units < new.units);
-            add(&mut self.claim_units, (node.clone(), new.resource.as_str().into()), new.units);
-            add(&mut self.bound, (key.0.clone(), new.class.as_str().into()), new.units);
+            add(&mut self.claim_units, (node.clone(), new.resource.clone()), new.units);
+            add(&mut self.bound, (key.0.clone(), new.class.clone()), new.units);
         }
         self.claims.insert(key.clone(), new);
         grew.then_some(key)
@@ -299,8 +300,8 @@ impl Invariants {
     fn judge_claim(&self, store: &View, key: &Key) -> Result<(), Violation> {
         let Some(claim) = self.claims.get(key) else { return Ok(()) };
         let Some(node) = &claim.node else { return Ok(()) };
-        let booked = self.claim_units.get(&(node.clone(), claim.resource.as_str().into())).copied().unwrap_or(0);
-        let allocatable = store.node(node).and_then(|n| n.devices.get(&claim.resource).copied()).unwrap_or(0);
+        let booked = self.claim_units.get(&(node.clone(), claim.resource.clone())).copied().unwrap_or(0);
+        let allocatable = store.node(node).and_then(|n| n.devices.get(claim.resource.as_str()).copied()).unwrap_or(0);
         if booked > allocatable {
             let there: Vec<String> =
                 store.claims_on_node(node).map(|c| format!("{}/{} ({})", c.namespace, c.name, c.count)).collect();
@@ -316,7 +317,7 @@ impl Invariants {
                 ),
             ));
         }
-        let bound = self.bound.get(&(key.0.clone(), claim.class.as_str().into())).copied().unwrap_or(0);
+        let bound = self.bound.get(&(key.0.clone(), claim.class.clone())).copied().unwrap_or(0);
         let budget = store.tenant(&key.0).and_then(|t| t.budget(&claim.class));
         if let Some(budget) = budget.filter(|budget| bound > *budget) {
             return Err(violation(

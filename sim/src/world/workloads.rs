@@ -67,7 +67,7 @@ impl World {
             name: vm.name.clone().into(),
             uid: format!("uid-claim-{}-{}", vm.name, self.kernel.handled()),
             created: self.time(),
-            class: order.class,
+            class: order.class.into(),
             count: order.count,
             ..Claim::default()
         };
