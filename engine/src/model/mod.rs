@@ -223,7 +223,11 @@ impl View {
         }
         let indexed = ClaimIndexed::of(&claim);
         let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
-        self.tenants.entry(namespace.to_string()).or_default().claims.insert(name.to_string(), claim);
+        let tenant = match self.tenants.get_mut(namespace.as_str()) {
+            Some(tenant) => tenant,
+            None => self.tenants.entry(namespace.to_string()).or_default(),
+        };
+        tenant.claims.insert(name.clone(), claim);
         self.list_claim(&namespace, &name, &indexed, true);
         self.count_claim(&namespace, &indexed, true);
     }

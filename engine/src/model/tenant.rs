@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Fixed;
+use super::Name;
 use super::objects::Claim;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -11,7 +12,7 @@ pub struct Tenant {
     /// ResourceQuota name → class → hard units. Each quota is enforced on its own, as the API server does.
     pub(super) quotas: BTreeMap<String, BTreeMap<String, u64>>,
     /// Hashed with a fixed seed: looked up on every event, listed only by full passes, which sort what they list.
-    pub(super) claims: HashMap<String, Claim, Fixed>,
+    pub(super) claims: HashMap<Name, Claim, Fixed>,
     /// class → units ordered by every claim of the namespace (held and template, any phase): the order webhook's
     /// "used".
     ordered: BTreeMap<String, u64>,

@@ -17,7 +17,7 @@ use crate::launcher::render_launcher;
 impl World {
     /// A tenant creates a VM (with the held claim it ordered for it, if any); the VM controller syncs it at once.
     pub(super) fn create_vm(&mut self, spec: VmSpec, ordered_claim: Option<String>) -> Result<(), WorldError> {
-        let key = (spec.namespace.clone(), spec.name.clone());
+        let (namespace, name) = (spec.namespace.clone(), spec.name.clone());
         let state = VmState {
             spec,
             ordered_claim,
@@ -29,8 +29,8 @@ impl World {
             last_start_wait: None,
             counted_units: Vec::new(),
         };
-        self.vms.insert(key.clone(), state);
-        self.sync_vm(&key.0, &key.1)
+        self.vms.insert(&namespace, &name, state);
+        self.sync_vm(&namespace, &name)
     }
 
     /// KubeVirt's VM controller (runStrategy Always): a VMI that ended goes, counting a start failure when it never
@@ -38,8 +38,7 @@ impl World {
     /// rendered and created through the VMI webhook; a refused create is retried through the work queue's rate
     /// limiter (condition `Failure`, reason `FailedCreate`), which counts no start failure: no VMI existed.
     pub(super) fn sync_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
-        let key = (namespace.to_owned(), name.to_owned());
-        let Some(vm) = self.vms.get(&key) else { return Ok(()) };
+        let Some(vm) = self.vms.get(namespace, name) else { return Ok(()) };
         if vm.halted {
             return Ok(());
         }
@@ -54,12 +53,12 @@ impl World {
                 let delay = Millis::seconds(start_backoff_seconds(consecutive, self.streams.of("vm-controller")));
                 let retry_after = self.now() + delay;
                 let failure = StartFailure { consecutive, last_failed_vmi_uid: uid, retry_after };
-                self.vms.get_mut(&key).expect("read above").start_failure = Some(failure);
+                self.vms.get_mut(namespace, name).expect("read above").start_failure = Some(failure);
                 self.metrics.count(crate::metrics::START_FAILURE);
             }
             self.remove_vmi(namespace, name)?;
         }
-        let vm = &self.vms[&key];
+        let vm = self.vms.get(namespace, name).expect("read above");
         if let Some(failure) = vm.start_failure.as_ref().filter(|failure| failure.retry_after > self.now()) {
             let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
             let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
@@ -67,7 +66,7 @@ impl World {
             let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
             return self.schedule_at(retry_after, event);
         }
-        let vm = &self.vms[&key];
+        let vm = self.vms.get(namespace, name).expect("read above");
         let object = Named("VirtualMachine", namespace, name);
         let mut vmi = Vmi {
             namespace: namespace.into(),
@@ -92,7 +91,7 @@ impl World {
         match self.api.create_vmi(vmi) {
             Ok(_) => {
                 self.vm_retries.forget(&item);
-                self.vms.get_mut(&key).expect("read above").vmi_ran = false;
+                self.vms.get_mut(namespace, name).expect("read above").vmi_ran = false;
                 self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", vec![])?;
                 let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: name.to_owned() };
                 self.schedule_at(self.now(), event)
@@ -113,7 +112,7 @@ impl World {
         if vmi.phase != VmiPhase::Pending || self.api.store().vmi_pods(namespace, vmi_name).next().is_some() {
             return Ok(());
         }
-        let Some(vm) = self.vms.get(&(namespace.to_owned(), vmi_name.to_owned())) else { return Ok(()) };
+        let Some(vm) = self.vms.get(namespace, vmi_name) else { return Ok(()) };
         let name = format!("virt-launcher-{vmi_name}-{:05}", self.kernel.handled() % 100_000);
         let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
         // A WaitForFirstConsumer volume not bound yet: first the temporary pod (same labels and requests), whose
@@ -156,7 +155,7 @@ impl World {
     /// The temporary pod runs: the volume binds to its node (local storage), the pod is deleted, and the launcher
     /// follows, bound by the volume to that node.
     pub(super) fn volume_bound(&mut self, namespace: &str, pod: &str, vmi: &str, node: &str) -> Result<(), WorldError> {
-        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+        if let Some(vm) = self.vms.get_mut(namespace, vmi) {
             vm.volume_node = Some(node.to_owned());
         }
         self.record("cdi", &Named("DataVolume", namespace, vmi), "Bound", vec![("node", node.to_owned())])?;
@@ -184,7 +183,7 @@ impl World {
             *units.entry(gpu.device_name.clone()).or_insert(0) += 1;
         }
         let now = self.now();
-        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), name.to_owned())) {
+        if let Some(vm) = self.vms.get_mut(namespace, name) {
             vm.vmi_ran = true;
             vm.start_failure = None;
             let waited = Millis(now.0 - vm.start_requested.0);
@@ -195,7 +194,7 @@ impl World {
             }
             vm.counted_units = units.into_iter().collect();
         }
-        let lifetime = self.vms.get(&(namespace.to_owned(), name.to_owned())).and_then(|vm| vm.spec.lifetime);
+        let lifetime = self.vms.get(namespace, name).and_then(|vm| vm.spec.lifetime);
         if let Some(lifetime) = lifetime {
             let stop = Event::StopVm { namespace: namespace.to_owned(), vm: name.to_owned() };
             self.schedule_at(self.now() + lifetime, stop)?;
@@ -207,8 +206,7 @@ impl World {
     /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM. A VM
     /// stopped before it has a VMI (refused creates, a start backoff) is deleted at once.
     pub(super) fn stop_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
-        let key = (namespace.to_owned(), name.to_owned());
-        if let Some(vm) = self.vms.get_mut(&key) {
+        if let Some(vm) = self.vms.get_mut(namespace, name) {
             vm.halted = true;
             vm.start_failure = None;
         }
@@ -232,7 +230,7 @@ impl World {
     /// The VMI's run ended: its units leave the metrics.
     fn run_ended(&mut self, namespace: &str, vmi: &str) {
         let now = self.now();
-        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+        if let Some(vm) = self.vms.get_mut(namespace, vmi) {
             for (resource, count) in std::mem::take(&mut vm.counted_units) {
                 self.metrics.units(&resource, -count, now);
             }
@@ -246,16 +244,16 @@ impl World {
             return Ok(());
         }
         self.remove_vmi(namespace, name)?;
-        let key = (namespace.to_owned(), name.to_owned());
-        if !self.vms.get(&key).is_some_and(|vm| vm.halted) {
-            return self.schedule_at(self.now(), Event::SyncVm { namespace: key.0, vm: key.1 });
+        if !self.vms.get(namespace, name).is_some_and(|vm| vm.halted) {
+            let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            return self.schedule_at(self.now(), event);
         }
         self.forget_vm(namespace, name)
     }
 
     /// The tenant deletes a stopped VM, and the held claim it ordered for it.
     fn forget_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
-        if let Some(vm) = self.vms.remove(&(namespace.to_owned(), name.to_owned()))
+        if let Some(vm) = self.vms.remove(namespace, name)
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
         {
@@ -301,7 +299,7 @@ impl World {
         let was = format!("{:?}", current.phase);
         self.api.update_vmi(namespace, vmi, |vmi| vmi.phase = VmiPhase::Failed).expect("read above");
         self.run_ended(namespace, vmi);
-        if let Some(vm) = self.vms.get_mut(&(namespace.to_owned(), vmi.to_owned())) {
+        if let Some(vm) = self.vms.get_mut(namespace, vmi) {
             vm.start_requested = self.kernel.now();
         }
         let object = Named("VirtualMachineInstance", namespace, vmi);

@@ -148,7 +148,7 @@ impl World {
         let Some(vmi) = self.api.store().vmi(&migration.namespace, &migration.vmi) else {
             return self.finish_migration(uid, Phase::Failed, "the VMI is gone");
         };
-        let Some(vm) = self.vms.get(&(migration.namespace.clone(), migration.vmi.clone())) else { return Ok(()) };
+        let Some(vm) = self.vms.get(&migration.namespace, &migration.vmi) else { return Ok(()) };
         let name = format!("virt-launcher-{}-{:05}", migration.vmi, self.kernel.handled() % 100_000);
         let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());

@@ -192,6 +192,45 @@ struct VmState {
     counted_units: Vec<(String, i64)>,
 }
 
+/// The VMs KubeVirt's VM controller keeps: namespace → name → state, in two levels so a lookup borrows its names
+/// (looked up at every VM event), hashed with a fixed seed (the one listing, VMs waiting to start, only counts).
+#[derive(Debug, Default)]
+struct Vms(HashMap<String, HashMap<String, VmState, foldhash::fast::FixedState>, foldhash::fast::FixedState>);
+
+impl Vms {
+    fn get(&self, namespace: &str, name: &str) -> Option<&VmState> {
+        self.0.get(namespace)?.get(name)
+    }
+
+    fn get_mut(&mut self, namespace: &str, name: &str) -> Option<&mut VmState> {
+        self.0.get_mut(namespace)?.get_mut(name)
+    }
+
+    fn insert(&mut self, namespace: &str, name: &str, vm: VmState) {
+        self.0.entry(namespace.to_owned()).or_default().insert(name.to_owned(), vm);
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<VmState> {
+        let vms = self.0.get_mut(namespace)?;
+        let vm = vms.remove(name);
+        if vms.is_empty() {
+            self.0.remove(namespace);
+        }
+        vm
+    }
+
+    /// Every VM with its namespace and name, in no order (the caller sorts what it shows).
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, &VmState)> {
+        self.0
+            .iter()
+            .flat_map(|(namespace, vms)| vms.iter().map(move |(name, vm)| (namespace.as_str(), name.as_str(), vm)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &VmState> {
+        self.0.values().flat_map(HashMap::values)
+    }
+}
+
 /// KubeVirt's `vm.status.startFailure`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct StartFailure {
@@ -214,7 +253,7 @@ pub struct World {
     /// Whether references may be rendered (the `_cluster` switch).
     pub claims_enabled: bool,
     /// Hashed with a fixed seed: looked up at every VM event; the rare listings sort what they list.
-    vms: HashMap<(String, String), VmState, foldhash::fast::FixedState>,
+    vms: Vms,
     /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
     vm_retries: RateLimiter,
     vmi_retries: RateLimiter,
@@ -270,7 +309,7 @@ impl World {
             api,
             controller: GpuController::new(store, user),
             claims_enabled: true,
-            vms: HashMap::default(),
+            vms: Vms::default(),
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
             requested: Default::default(),
@@ -481,7 +520,7 @@ impl World {
     /// `Stopped` (halted, or its VMI ended and no new one exists), `CrashLoopBackOff` (a start backoff is running),
     /// `Starting` (asked to run, its VMI not Running yet, including while its VMI create is refused), `Running`.
     pub fn vm_status(&self, namespace: &str, name: &str) -> Option<&'static str> {
-        let vm = self.vms.get(&(namespace.to_owned(), name.to_owned()))?;
+        let vm = self.vms.get(namespace, name)?;
         let vmi = self.api.store().vmi(namespace, name);
         if vm.start_failure.as_ref().is_some_and(|failure| failure.retry_after > self.now()) {
             return Some("CrashLoopBackOff");
@@ -496,7 +535,7 @@ impl World {
 
     /// How long a VM's last start waited (asked to run → Running), once it ran.
     pub fn last_start_wait(&self, namespace: &str, name: &str) -> Option<Millis> {
-        self.vms.get(&(namespace.to_owned(), name.to_owned()))?.last_start_wait
+        self.vms.get(namespace, name)?.last_start_wait
     }
 
     /// Whether a GPU controller replica leads (reconciles) now.

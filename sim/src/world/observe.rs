@@ -26,10 +26,11 @@ impl World {
         let mut waiting: Vec<_> = self
             .vms
             .iter()
-            .filter(|(_, vm)| !vm.halted)
-            .filter(|((namespace, name), _)| {
+            .filter(|(_, _, vm)| !vm.halted)
+            .filter(|(namespace, name, _)| {
                 self.api.store().vmi(namespace, name).is_none_or(|vmi| vmi.phase != VmiPhase::Running)
             })
+            .map(|(namespace, name, vm)| ((namespace, name), vm))
             .collect();
         waiting.sort_unstable_by_key(|(key, _)| *key);
         waiting.into_iter().map(|(_, vm)| now.0.saturating_sub(vm.start_requested.0)).collect()

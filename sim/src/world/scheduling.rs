@@ -31,7 +31,7 @@ impl World {
         let volume_node = pod
             .owner_vmi
             .as_ref()
-            .and_then(|vmi| self.vms.get(&(namespace.to_owned(), vmi.name.to_string())))
+            .and_then(|vmi| self.vms.get(namespace, &vmi.name))
             .and_then(|vm| vm.volume_node.clone());
         let avoided = avoided_nodes(store, pod);
         let placed = |node: &str| {
