@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::Name;
 use super::objects::{Class, Node, Published};
 use crate::scheduling::{matches_node_selector, untolerated_taint};
 
@@ -22,9 +23,10 @@ pub struct NodeLoad {
 /// One class's eligible nodes, by free units.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ClassIndex {
-    by_free: BTreeSet<(u64, String)>,
-    /// node → (free, allocatable) as indexed; looked up by node only (the order is `by_free`'s).
-    entries: HashMap<String, (u64, u64), super::Fixed>,
+    by_free: BTreeSet<(u64, Name)>,
+    /// node → (free, allocatable) as indexed; looked up by node only (the order is `by_free`'s). Both share one
+    /// name per node: moving a node in `by_free` copies no name.
+    entries: HashMap<Name, (u64, u64), super::Fixed>,
     allocatable_units: u64,
     free_units: u64,
     /// allocatable units per node → how many nodes have that many: the largest set the class could ever hold.
@@ -69,7 +71,7 @@ impl Capacity {
         self.classes
             .get(class)
             .into_iter()
-            .flat_map(move |index| index.by_free.range((units, String::new())..))
+            .flat_map(move |index| index.by_free.range((units, Name::default())..))
             .map(|(free, node)| (*free, node.as_str()))
     }
 
@@ -154,22 +156,23 @@ impl Capacity {
             self.classes.insert(class.name.clone(), ClassIndex::default());
         }
         let index = self.classes.get_mut(&class.name).expect("inserted above");
-        let indexed = index.entries.get(node_name).copied();
-        if indexed == offered {
+        let indexed = index.entries.get_key_value(node_name).map(|(name, entry)| (name.clone(), *entry));
+        if indexed.as_ref().map(|(_, entry)| *entry) == offered {
             return;
         }
-        if let (Some((old_free, allocatable)), Some((free, new_allocatable))) = (indexed, offered)
-            && allocatable == new_allocatable
+        if let (Some((name, (old_free, allocatable))), Some((free, new_allocatable))) = (&indexed, offered)
+            && *allocatable == new_allocatable
         {
-            // Only the free units moved: the node's name is moved between the ordered entries, not copied again.
-            let (_, name) = index.by_free.take(&(old_free, node_name.to_owned())).expect("indexed entries are ordered");
-            index.by_free.insert((free, name));
+            // Only the free units moved: the node's shared name is moved between the ordered entries.
+            index.by_free.remove(&(*old_free, name.clone()));
+            index.by_free.insert((free, name.clone()));
             index.entries.get_mut(node_name).expect("indexed above").0 = free;
             index.free_units = index.free_units - old_free + free;
             return;
         }
-        if let Some((free, allocatable)) = index.entries.remove(node_name) {
-            index.by_free.remove(&(free, node_name.to_owned()));
+        if let Some((name, (free, allocatable))) = indexed {
+            index.entries.remove(node_name);
+            index.by_free.remove(&(free, name));
             index.free_units -= free;
             index.allocatable_units -= allocatable;
             let nodes = index.allocatables.get_mut(&allocatable).expect("indexed allocatables are counted");
@@ -179,8 +182,9 @@ impl Capacity {
             }
         }
         if let Some((free, allocatable)) = offered {
-            index.by_free.insert((free, node_name.to_owned()));
-            index.entries.insert(node_name.to_owned(), (free, allocatable));
+            let name = Name::from(node_name);
+            index.by_free.insert((free, name.clone()));
+            index.entries.insert(name, (free, allocatable));
             index.free_units += free;
             index.allocatable_units += allocatable;
             *index.allocatables.entry(allocatable).or_insert(0) += 1;
