@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Pass;
 use super::actions::Action;
-use crate::model::{Name, Published, occupied_node};
+use crate::model::{Name, Published, occupied_name};
 
 impl Pass<'_> {
     /// A VMI's pods count the devices its claims on their node do not: when this pass moves or attaches claims,
@@ -25,10 +25,9 @@ impl Pass<'_> {
                     .pinned_pods
                     .get(&(namespace.clone(), pod.name.clone()))
                     .cloned()
-                    .or_else(|| pod.node_name.clone().filter(|_| !pod.phase.is_terminal()))
-                    .or_else(|| occupied_node(pod).map(Name::from));
+                    .or_else(|| occupied_name(pod).map(std::borrow::Cow::into_owned));
                 let mut wanted: BTreeMap<(String, Name), i64> = BTreeMap::new();
-                if let Some((old_node, devices)) = view.counted_devices_named(namespace, &pod.name) {
+                if let Some((old_node, devices)) = view.counted_devices(namespace, &pod.name) {
                     for (resource, units) in devices {
                         *wanted.entry((resource.clone(), old_node.clone())).or_insert(0) += *units as i64;
                     }

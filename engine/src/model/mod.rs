@@ -182,14 +182,9 @@ impl View {
         nested(&self.vmi_claim_units, namespace, vmi)?.get(node)
     }
 
-    /// [`View::counted_devices`] with the node's shared name.
-    pub fn counted_devices_named(&self, namespace: &str, pod: &str) -> Option<(&Name, &BTreeMap<String, u64>)> {
-        nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node, devices))
-    }
-
     /// The node and devices the placement index counts for a pod beyond its VMI's claims.
-    pub fn counted_devices(&self, namespace: &str, pod: &str) -> Option<(&str, &BTreeMap<String, u64>)> {
-        nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node.as_str(), devices))
+    pub fn counted_devices(&self, namespace: &str, pod: &str) -> Option<(&Name, &BTreeMap<String, u64>)> {
+        nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node, devices))
     }
 
     pub fn capacity(&self) -> &Capacity {
@@ -803,7 +798,7 @@ pub fn holds_placement_gate(pod: &Pod) -> bool {
 }
 
 /// [`occupied_node`] as a shared name: the pod's own when it is bound; one made from its affinity when pinned.
-fn occupied_name(pod: &Pod) -> Option<std::borrow::Cow<'_, Name>> {
+pub fn occupied_name(pod: &Pod) -> Option<std::borrow::Cow<'_, Name>> {
     if pod.phase.is_terminal() {
         return None;
     }
