@@ -798,14 +798,13 @@ pub fn holds_placement_gate(pod: &Pod) -> bool {
 }
 
 /// [`occupied_node`] as a shared name: the pod's own when it is bound; one made from its affinity when pinned.
+/// Which node that is stays [`occupied_node`]'s to say.
 pub fn occupied_name(pod: &Pod) -> Option<std::borrow::Cow<'_, Name>> {
-    if pod.phase.is_terminal() {
-        return None;
-    }
-    match &pod.node_name {
-        Some(node) => Some(std::borrow::Cow::Borrowed(node)),
-        None => occupied_node(pod).map(|node| std::borrow::Cow::Owned(Name::from(node))),
-    }
+    let node = occupied_node(pod)?;
+    Some(match &pod.node_name {
+        Some(bound) if bound.as_str() == node => std::borrow::Cow::Borrowed(bound),
+        _ => std::borrow::Cow::Owned(Name::from(node)),
+    })
 }
 
 /// The node whose resources a pod takes: where it is bound, or where it is pinned once ungated (the scheduler can
