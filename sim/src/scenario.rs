@@ -470,10 +470,10 @@ impl Scenario {
                 if stop_at.0 < vm.at.0 {
                     return Err(invalid(format!("vms[{index}].stopAt"), "is before `at`"));
                 }
-                let stop = Event::StopVm { namespace: vm.tenant.clone(), vm: vm.name.clone() };
+                let stop = Event::StopVm { namespace: vm.tenant.as_str().into(), vm: vm.name.as_str().into() };
                 world.schedule_at(stop_at.0, stop)?;
             }
-            world.schedule_at(vm.at.0, Event::CreateVm(spec))?;
+            world.schedule_at(vm.at.0, Event::CreateVm(Box::new(spec)))?;
         }
         if let Some(spec) = &self.faults {
             if !(0.0..=1.0).contains(&spec.conflict_rate) {

@@ -23,7 +23,7 @@ fn a_leader_crash_hands_over_after_the_lease_expires_and_nothing_is_bound_twice(
     assert_eq!(world.deployment().leader, Some(0));
     world.schedule_at(Millis(10_500), Event::ControllerCrash { index: 0 }).unwrap();
     // A VM arrives while nobody leads.
-    world.schedule_at(Millis::seconds(12), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 4))).unwrap();
+    world.schedule_at(Millis::seconds(12), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 4).into())).unwrap();
     world.run(Millis(25_999), 100_000).unwrap();
     assert_eq!(world.deployment().leader, None, "last renewal at 10 s: the lease runs to 25 s");
     let pod = world.store().vmi_pods("tenant-a", "vm").next().unwrap();
@@ -62,7 +62,7 @@ fn a_drain_keeps_admission_up_with_two_replicas() {
     let mut world = world(2);
     let node = world.deployment().replicas[0].node.clone();
     world.schedule_at(Millis::seconds(5), Event::Drain { node: node.clone() }).unwrap();
-    world.schedule_at(Millis::seconds(6), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(6), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
     world.run(Millis::seconds(60), 100_000).unwrap();
     assert!(world.stats().refusals.keys().all(|k| !k.starts_with("FailedCreate")), "{:?}", world.stats().refusals);
     assert_eq!(world.store().vmi("tenant-a", "vm").unwrap().phase, VmiPhase::Running);
@@ -76,7 +76,7 @@ fn with_one_replica_a_drain_is_an_outage_until_the_replacement_has_synced() {
     let mut world = world(1);
     let node = world.deployment().replicas[0].node.clone();
     world.schedule_at(Millis::seconds(5), Event::Drain { node }).unwrap();
-    world.schedule_at(Millis::seconds(6), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(6), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
     world.run(Millis::seconds(120), 100_000).unwrap();
     assert!(world.stats().refusals["FailedCreate:InternalError"] >= 1, "creates fail closed meanwhile");
     assert_eq!(world.store().vmi("tenant-a", "vm").unwrap().phase, VmiPhase::Running, "then everything starts");

@@ -77,8 +77,8 @@ fn a_failed_device_lowers_allocatable_and_placement_follows() {
         .schedule_at(Millis::seconds(1), Event::DeviceFailure { node: "gpu-1".into(), resource: H100.into(), units: 1 })
         .unwrap();
     // 8 units fit nowhere now (gpu-1 has 7 healthy, gpu-2 4): the VM waits at the gate.
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "big", "h100", 8))).unwrap();
-    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "seven", "h100", 7))).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "big", "h100", 8).into())).unwrap();
+    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "seven", "h100", 7).into())).unwrap();
     world.run(Millis::seconds(60), 100_000).unwrap();
     assert_eq!(world.store().node("gpu-1").unwrap().devices[H100], 7);
     let waiting = world.store().vmi_pods("tenant-a", "big").next().unwrap().waiting.clone().unwrap();

@@ -29,7 +29,7 @@ fn run(seed: u64) -> (World, String) {
         lifetime: None,
         wffc_volume: false,
     };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm.into())).unwrap();
     world.run(Millis::seconds(120), 10_000).expect("the run ends within its bounds");
     let text = lines.text();
     (world, text)
@@ -87,8 +87,8 @@ fn a_stopped_vm_gives_its_units_to_the_vm_waiting_for_them() {
         lifetime: lifetime.map(Millis::seconds),
         wffc_volume: false,
     };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm("first", 8, Some(60)))).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(vm("second", 8, None))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm("first", 8, Some(60)).into())).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(vm("second", 8, None).into())).unwrap();
     world.run(Millis::seconds(30), 10_000).unwrap();
     assert_eq!(world.store().vmi("tenant-a", "first").unwrap().phase, VmiPhase::Running);
     let second = world.store().vmi_pods("tenant-a", "second").next().unwrap();

@@ -49,7 +49,9 @@ fn world(view: View) -> World {
 #[test]
 fn a_migratable_vgpu_vm_moves_and_its_claim_follows() {
     let mut world = world(cluster(2, 4));
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1))).unwrap();
+    world
+        .schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1).into()))
+        .unwrap();
     world.run(Millis::seconds(60), 100_000).unwrap();
     let source = world.store().vmi("tenant-a", "vm").unwrap().node_name.clone().unwrap();
     world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "vm".into() }).unwrap();
@@ -72,7 +74,7 @@ fn a_migratable_vgpu_vm_moves_and_its_claim_follows() {
 #[test]
 fn a_passthrough_vm_is_not_migrated() {
     let mut world = world(cluster(1, 4));
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
     world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "vm".into() }).unwrap();
     world.run(Millis::seconds(120), 100_000).unwrap();
     assert!(world.migrations().is_empty());
@@ -83,8 +85,8 @@ fn a_passthrough_vm_is_not_migrated() {
 fn a_target_that_cannot_be_scheduled_is_deleted_after_300_s_and_the_migration_fails() {
     let mut world = world(cluster(2, 1));
     // Both vGPU nodes full: the target has nowhere to go.
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "a", "a100-40c", 1))).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "b", "a100-40c", 1))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "a", "a100-40c", 1).into())).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "b", "a100-40c", 1).into())).unwrap();
     world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "a".into() }).unwrap();
     world.run(Millis::seconds(359), 100_000).unwrap();
     let migration = world.migrations().values().next().unwrap().clone();
@@ -101,7 +103,7 @@ fn a_drain_evacuates_two_at_a_time_and_finishes() {
     let mut world = world(cluster(2, 8));
     for i in 0..5 {
         let vm = template_vm("tenant-a", &format!("vm-{i}"), "a100-40c", 1);
-        world.schedule_at(Millis::seconds(1 + i), Event::CreateVm(vm)).unwrap();
+        world.schedule_at(Millis::seconds(1 + i), Event::CreateVm(vm.into())).unwrap();
     }
     world.run(Millis::seconds(60), 100_000).unwrap();
     // Put them all on one node first: drain whichever node holds more, after moving... simply drain v-1 and count.
@@ -122,7 +124,7 @@ fn a_drain_evacuates_two_at_a_time_and_finishes() {
 #[test]
 fn a_vm_that_cannot_migrate_blocks_the_drain() {
     let mut world = world(cluster(1, 4));
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "pt", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "pt", "h100", 2).into())).unwrap();
     world.schedule_at(Millis::seconds(60), Event::Drain { node: "p-1".into() }).unwrap();
     world.run(Millis::seconds(600), 100_000).unwrap();
     assert_eq!(world.stats().refusals["EvictionBlocked:NotMigratable"], 1);
@@ -133,7 +135,9 @@ fn a_vm_that_cannot_migrate_blocks_the_drain() {
 fn a_target_left_at_the_gate_is_deleted_after_900_s() {
     use gpuclaim_engine::keys;
     let mut world = world(cluster(2, 4));
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1))).unwrap();
+    world
+        .schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "a100-40c", 1).into()))
+        .unwrap();
     world.schedule_at(Millis::seconds(60), Event::Migrate { namespace: "tenant-a".into(), vmi: "vm".into() }).unwrap();
     // The counterfactual webhook that gates migration targets: the target stays Pending, gated, not Unschedulable.
     world.set_variant(gpuclaim_engine::variant::Variant::named("gate-migration-targets").unwrap());
@@ -156,7 +160,7 @@ fn at_most_five_migrations_run_in_the_cluster() {
     let mut world = world(cluster(3, 3));
     for i in 0..9 {
         let vm = template_vm("tenant-a", &format!("vm-{i}"), "a100-40c", 1);
-        world.schedule_at(Millis::seconds(1 + i), Event::CreateVm(vm)).unwrap();
+        world.schedule_at(Millis::seconds(1 + i), Event::CreateVm(vm.into())).unwrap();
     }
     let mut big = fixtures::gpu_node("v-big", VGPU, 16);
     big.taints.clear();

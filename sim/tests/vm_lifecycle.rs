@@ -26,8 +26,12 @@ fn a_vm_whose_launcher_keeps_disappearing_backs_off_as_kubevirt_does() {
         let lines = Lines::default();
         let mut world = world(seed, &lines);
         // `holder` takes the tenant's whole budget of 8; `waiter` (2 units) stays at the gate.
-        world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "holder", "h100", 8))).unwrap();
-        world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "waiter", "h100", 2))).unwrap();
+        world
+            .schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "holder", "h100", 8).into()))
+            .unwrap();
+        world
+            .schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "waiter", "h100", 2).into()))
+            .unwrap();
         // Delete the waiter's launcher every 400 s: each time a VMI exists at the gate (the longest backoff is 300 s).
         for k in 0..6u64 {
             let at = Millis::seconds(30 + 400 * k);
@@ -64,8 +68,10 @@ fn reaching_running_clears_the_start_failures() {
     let lines = Lines::default();
     let mut world = world(3, &lines);
     let holder = VmSpec { lifetime: Some(Millis::seconds(100)), ..template_vm("tenant-a", "holder", "h100", 8) };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(holder)).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "waiter", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(holder.into())).unwrap();
+    world
+        .schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "waiter", "h100", 2).into()))
+        .unwrap();
     world
         .schedule_at(Millis::seconds(30), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "waiter".into() })
         .unwrap();
@@ -95,7 +101,7 @@ fn a_lost_node_evicts_its_vm_which_starts_again_on_another_node() {
     let lines = Lines::default();
     let mut world = world(4, &lines);
     // 4 units: best fit puts it on gpu-2 (4 units).
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 4))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 4).into())).unwrap();
     world.run(Millis::seconds(60), 100_000).unwrap();
     assert_eq!(world.store().vmi("tenant-a", "vm").unwrap().node_name.as_deref(), Some("gpu-2"));
     world.schedule_at(Millis::seconds(100), Event::NodeLost { node: "gpu-2".into() }).unwrap();

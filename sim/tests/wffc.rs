@@ -19,7 +19,7 @@ fn world() -> World {
 fn the_temporary_pod_is_placed_and_the_launcher_follows_the_volume() {
     let mut world = world();
     let vm = VmSpec { wffc_volume: true, ..template_vm("tenant-a", "vm", "h100", 4) };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm)).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm.into())).unwrap();
     world.run(Millis(1_050), 10_000).unwrap();
     let binder = world.store().vmi_pods("tenant-a", "vm").next().unwrap().clone();
     assert_eq!(binder.annotations[kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING], keys::TRUE);
@@ -38,9 +38,11 @@ fn the_temporary_pod_is_placed_and_the_launcher_follows_the_volume() {
 fn a_temporary_pod_that_never_runs_leaves_the_vm_stuck() {
     let mut world = world();
     // 8 units fit nowhere once `holder` takes gpu-1's 8: the temporary pod waits at the gate.
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "holder", "h100", 8))).unwrap();
+    world
+        .schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "holder", "h100", 8).into()))
+        .unwrap();
     let vm = VmSpec { wffc_volume: true, ..template_vm("tenant-a", "vm", "h100", 8) };
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(vm)).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(vm.into())).unwrap();
     world.run(Millis::seconds(3_600), 100_000).unwrap();
     let binder = world.store().vmi_pods("tenant-a", "vm").next().unwrap();
     assert!(binder.annotations.contains_key(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING));

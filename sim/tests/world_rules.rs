@@ -19,7 +19,7 @@ fn world(seed: u64) -> World {
 fn a_vm_created_during_a_webhook_outage_starts_once_the_webhook_is_back() {
     let mut world = world(1);
     world.schedule_at(Millis(0), Event::SetWebhookReplicas(0)).unwrap();
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
     world.schedule_at(Millis::seconds(60), Event::SetWebhookReplicas(2)).unwrap();
     world.run(Millis::seconds(59), 100_000).unwrap();
     assert!(world.store().vmi("tenant-a", "vm").is_none(), "fail closed: no VMI while no replica is ready");
@@ -42,7 +42,7 @@ fn held_claims_are_ordered_through_the_order_webhook_and_deleted_with_their_vm()
     let template = VmSpec { gpus: Vec::new(), lifetime: None, ..template_vm("tenant-a", "held", "h100", 1) };
     let workload =
         Workload::new(template, 60.0, Millis::seconds(600)).ordering(ClaimTemplate { class: "h100".into(), count: 4 });
-    world.schedule_at(Millis(0), Event::CreateVm(template_vm("tenant-a", "warm-up", "h100", 1))).unwrap();
+    world.schedule_at(Millis(0), Event::CreateVm(template_vm("tenant-a", "warm-up", "h100", 1).into())).unwrap();
     world.add_workload(workload).unwrap();
     world.run(Millis::seconds(3_600), 1_000_000).unwrap();
     let stats = world.stats().clone();
@@ -74,8 +74,8 @@ fn a_pod_that_did_not_fit_binds_once_a_pod_ends_on_the_node() {
     let first =
         VmSpec { gpus: gpu(8), lifetime: Some(Millis::seconds(60)), ..template_vm("tenant-a", "first", "h100", 1) };
     let second = VmSpec { gpus: gpu(8), ..template_vm("tenant-a", "second", "h100", 1) };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(first)).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(second)).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(first.into())).unwrap();
+    world.schedule_at(Millis::seconds(2), Event::CreateVm(second.into())).unwrap();
     world.run(Millis::seconds(60), 100_000).unwrap();
     assert_eq!(world.store().vmi("tenant-a", "second").unwrap().phase, VmiPhase::Scheduling, "unschedulable");
     world.run(Millis::seconds(120), 100_000).unwrap();
@@ -91,8 +91,8 @@ fn a_node_that_joins_takes_the_waiting_vm() {
     store_budget.upsert_quota("tenant-a", "gpu-budget", [("h100".to_owned(), 16)].into());
     let mut world_16 = World::new(4, store_budget, Timing::default(), EventLog::new(None));
     for w in [&mut world, &mut world_16] {
-        w.schedule_at(Millis::seconds(1), Event::CreateVm(big("a"))).unwrap();
-        w.schedule_at(Millis::seconds(2), Event::CreateVm(big("b"))).unwrap();
+        w.schedule_at(Millis::seconds(1), Event::CreateVm(big("a").into())).unwrap();
+        w.schedule_at(Millis::seconds(2), Event::CreateVm(big("b").into())).unwrap();
     }
     world_16.schedule_at(Millis::seconds(30), Event::AddNodes(vec![fixtures::gpu_node("gpu-3", H100, 8)])).unwrap();
     world_16.run(Millis::seconds(29), 100_000).unwrap();
@@ -109,7 +109,7 @@ fn a_node_that_joins_takes_the_waiting_vm() {
 #[test]
 fn the_controller_decides_on_a_cache_that_lags_the_store() {
     let mut world = world(5);
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
     // The VMI is created at 1 s; the watch brings it to the controller 100 ms later.
     world.run(Millis(1_050), 10_000).unwrap();
     assert!(world.store().vmi("tenant-a", "vm").is_some());
@@ -160,9 +160,9 @@ fn the_controller_counts_the_cpu_of_pods_without_claims() {
         let mut world = World::new(seed, store, Timing::default(), EventLog::new(None));
         // A CPU-only VM takes 62 of a node's 64 CPUs, on whichever node the scheduler picks.
         let cpu_only = VmSpec { gpus: Vec::new(), cpu_millis: 62_000, ..template_vm("tenant-a", "cpu", "h100", 1) };
-        world.schedule_at(Millis::seconds(1), Event::CreateVm(cpu_only)).unwrap();
+        world.schedule_at(Millis::seconds(1), Event::CreateVm(cpu_only.into())).unwrap();
         let gpu = VmSpec { cpu_millis: 8_000, ..template_vm("tenant-a", "gpu", "h100", 4) };
-        world.schedule_at(Millis::seconds(30), Event::CreateVm(gpu)).unwrap();
+        world.schedule_at(Millis::seconds(30), Event::CreateVm(gpu.into())).unwrap();
         world.run(Millis::seconds(90), 100_000).unwrap();
         let cpu_node = world.store().vmi("tenant-a", "cpu").unwrap().node_name.clone();
         let vmi = world.store().vmi("tenant-a", "gpu").unwrap();
@@ -175,9 +175,11 @@ fn the_controller_counts_the_cpu_of_pods_without_claims() {
 fn the_run_measures_start_waits_units_in_use_and_what_waits_at_the_gate() {
     let mut world = world(8);
     let first = VmSpec { lifetime: Some(Millis::seconds(60)), ..template_vm("tenant-a", "first", "h100", 8) };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(first)).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8))).unwrap();
-    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(first.into())).unwrap();
+    world
+        .schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8).into()))
+        .unwrap();
+    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8).into())).unwrap();
     world.run(Millis::seconds(200), 100_000).unwrap();
     let waits = world.start_waits();
     assert_eq!(waits.count, 2, "first and second ran; third waits on the budget");
@@ -193,9 +195,11 @@ fn the_run_measures_start_waits_units_in_use_and_what_waits_at_the_gate() {
 fn the_run_measures_gate_waits_and_counts_pods_set_waiting_by_reason() {
     let mut world = world(8);
     let first = VmSpec { lifetime: Some(Millis::seconds(60)), ..template_vm("tenant-a", "first", "h100", 8) };
-    world.schedule_at(Millis::seconds(1), Event::CreateVm(first)).unwrap();
-    world.schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8))).unwrap();
-    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8))).unwrap();
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(first.into())).unwrap();
+    world
+        .schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "second", "h100", 8).into()))
+        .unwrap();
+    world.schedule_at(Millis::seconds(3), Event::CreateVm(template_vm("tenant-a", "third", "h100", 8).into())).unwrap();
     world.run(Millis::seconds(200), 100_000).unwrap();
     let gate_waits = world.metrics().gate_wait_samples();
     assert_eq!(gate_waits.len(), 2, "first and second left the gate: {gate_waits:?}");

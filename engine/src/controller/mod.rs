@@ -274,7 +274,7 @@ impl<'v> Pass<'v> {
             let status = self.statuses.remove(&key);
             let takes = status.as_ref().is_some_and(|s| s.node.is_some() && s.node != claim.node);
             let update = Action::UpdateClaim {
-                claim: ObjectRef::new(key.0, key.1),
+                claim: ObjectRef { namespace: claim.namespace.clone(), name: claim.name.clone() },
                 precondition: claim.resource_version.clone(),
                 finalizer: self.finalizers.get(&key).copied(),
                 status,
@@ -283,8 +283,9 @@ impl<'v> Pass<'v> {
         }
         writes.extend(releasing);
         for (namespace, name) in std::mem::take(&mut self.deleted) {
-            let uid = self.view.claim(namespace, name).map(|c| c.uid.clone()).unwrap_or_default();
-            writes.push(Action::DeleteClaim { claim: ObjectRef::new(namespace, name), uid });
+            let claim = self.view.claim(namespace, name).expect("a pass only deletes claims it read");
+            let object = ObjectRef { namespace: claim.namespace.clone(), name: claim.name.clone() };
+            writes.push(Action::DeleteClaim { claim: object, uid: claim.uid.clone() });
         }
         for ((namespace, name), new) in std::mem::take(&mut self.created) {
             writes.push(Action::CreateClaim {

@@ -87,9 +87,12 @@ impl Pass<'_> {
     fn published(&self, class: &str, resource: &str) -> Published {
         let capacity = self.view.capacity();
         let mut published = capacity.published(class);
+        // Most passes move no units of the resource: the index's figures are the class's (the walk below would
+        // find its top node untouched).
+        let Some(deltas) = self.units.get(resource).filter(|deltas| !deltas.is_empty()) else { return published };
         let mut touched = BTreeSet::new();
         let mut largest_touched = 0;
-        for (node, delta) in self.units.get(resource).into_iter().flatten() {
+        for (node, delta) in deltas {
             let Some(indexed) = capacity.free(class, node) else { continue };
             let free = indexed.saturating_add_signed(*delta);
             published.free_units = (published.free_units + free).saturating_sub(indexed);

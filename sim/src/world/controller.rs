@@ -180,12 +180,12 @@ impl World {
                     "PinnedAndUngated",
                     vec![("node", node.clone())],
                 )?;
-                let event = Event::Schedule { namespace: pod.namespace.to_string(), pod: pod.name.to_string() };
+                let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::Ungate { pod, .. } => {
                 self.record("gpu-controller", &format_args!("Pod {pod}"), "Ungated", vec![])?;
-                let event = Event::Schedule { namespace: pod.namespace.to_string(), pod: pod.name.to_string() };
+                let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::Pin { pod, node, .. } => {

@@ -63,7 +63,7 @@ impl World {
             let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
             let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
             self.record("vm-controller", &Named("VirtualMachine", namespace, name), "CrashLoopBackOff", fields)?;
-            let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
             return self.schedule_at(retry_after, event);
         }
         let vm = self.vms.get(namespace, name).expect("read above");
@@ -93,13 +93,13 @@ impl World {
                 self.vm_retries.forget(&item);
                 self.vms.get_mut(namespace, name).expect("read above").vmi_ran = false;
                 self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", vec![])?;
-                let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: name.to_owned() };
+                let event = Event::CreateLauncher { namespace: namespace.into(), vmi: name.into() };
                 self.schedule_at(self.now(), event)
             }
             Err(error) => {
                 self.refused("vm-controller", &object, "FailedCreate", error.reason(), error.to_string())?;
                 let retry = self.vm_retries.when(&item, self.now());
-                let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+                let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
                 self.schedule_at(self.now() + retry, event)
             }
         }
@@ -140,13 +140,13 @@ impl World {
                         .update_vmi(namespace, vmi_name, |vmi| vmi.phase = VmiPhase::Scheduling)
                         .expect("the VMI was read above");
                 }
-                self.schedule_at(self.now(), Event::Schedule { namespace: namespace.to_owned(), pod: name })
+                self.schedule_at(self.now(), Event::Schedule { namespace: namespace.into(), pod: name.into() })
             }
             Err(error) => {
                 let vmi_object = Named("VirtualMachineInstance", namespace, vmi_name);
                 self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
                 let retry = self.vmi_retries.when(&item, self.now());
-                let event = Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi_name.to_owned() };
+                let event = Event::CreateLauncher { namespace: namespace.into(), vmi: vmi_name.into() };
                 self.schedule_at(self.now() + retry, event)
             }
         }
@@ -164,7 +164,7 @@ impl World {
             self.record("vmi-controller", &Named("Pod", namespace, pod), "Deleted", vec![])?;
         }
         self.scheduler_cluster_changed()?;
-        self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.to_owned(), vmi: vmi.to_owned() })
+        self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.into(), vmi: vmi.into() })
     }
 
     /// virt-handler: the domain runs.
@@ -196,7 +196,7 @@ impl World {
         }
         let lifetime = self.vms.get(namespace, name).and_then(|vm| vm.spec.lifetime);
         if let Some(lifetime) = lifetime {
-            let stop = Event::StopVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            let stop = Event::StopVm { namespace: namespace.into(), vm: name.into() };
             self.schedule_at(self.now() + lifetime, stop)?;
         }
         Ok(())
@@ -223,7 +223,7 @@ impl World {
         for pod in pods {
             self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
         }
-        let delete = Event::DeleteVmi { namespace: namespace.to_owned(), vmi: name.to_owned() };
+        let delete = Event::DeleteVmi { namespace: namespace.into(), vmi: name.into() };
         self.schedule_at(self.now() + self.timing.vmi_delete_after, delete)
     }
 
@@ -245,7 +245,7 @@ impl World {
         }
         self.remove_vmi(namespace, name)?;
         if !self.vms.get(namespace, name).is_some_and(|vm| vm.halted) {
-            let event = Event::SyncVm { namespace: namespace.to_owned(), vm: name.to_owned() };
+            let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
             return self.schedule_at(self.now(), event);
         }
         self.forget_vm(namespace, name)
@@ -304,6 +304,6 @@ impl World {
         }
         let object = Named("VirtualMachineInstance", namespace, vmi);
         self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
-        self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.to_owned(), vm: vmi.to_owned() })
+        self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.into(), vm: vmi.into() })
     }
 }

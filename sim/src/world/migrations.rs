@@ -166,7 +166,7 @@ impl World {
                     let at = self.now() + Millis::seconds(after);
                     self.schedule_at(at, Event::MigrationTimeout { uid: uid.to_owned() })?;
                 }
-                let event = Event::Schedule { namespace: migration.namespace.clone(), pod: name };
+                let event = Event::Schedule { namespace: migration.namespace.as_str().into(), pod: name.into() };
                 self.schedule_at(self.now(), event)
             }
             Err(error) => {

@@ -17,7 +17,7 @@ mod workloads;
 use std::collections::{BTreeMap, HashMap};
 
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Node, Time, View};
+use gpuclaim_engine::model::{Name, Node, Time, View};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant;
 
@@ -78,27 +78,27 @@ impl Default for Timing {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// A tenant creates (and starts) a VM.
-    CreateVm(VmSpec),
+    CreateVm(Box<VmSpec>),
     /// KubeVirt's VM controller syncs a VM: creates its VMI (again, after a refused create).
-    SyncVm { namespace: String, vm: String },
+    SyncVm { namespace: Name, vm: Name },
     /// KubeVirt's VMI controller creates the VMI's launcher (again, after a refused create).
-    CreateLauncher { namespace: String, vmi: String },
+    CreateLauncher { namespace: Name, vmi: Name },
     /// Watch events reach the GPU controller's cache.
     WatchDeliver,
     /// The GPU controller's work queue runs.
     ControllerWake,
     /// The scheduler considers a pod.
-    Schedule { namespace: String, pod: String },
+    Schedule { namespace: Name, pod: Name },
     /// The scheduler moves pods unschedulable for too long back to its active queue.
     SchedulerFlush,
     /// The kubelet has started a pod.
-    PodStarted { namespace: String, pod: String },
+    PodStarted { namespace: Name, pod: Name },
     /// virt-handler reports the VMI running.
-    VmiRunning { namespace: String, vmi: String },
+    VmiRunning { namespace: Name, vmi: Name },
     /// The tenant stops the VM: the VMI shuts down, its launcher exits.
-    StopVm { namespace: String, vm: String },
+    StopVm { namespace: Name, vm: Name },
     /// KubeVirt deletes the finished VMI; the garbage collector takes its dependents.
-    DeleteVmi { namespace: String, vmi: String },
+    DeleteVmi { namespace: Name, vmi: Name },
     /// The next VM of a workload arrives.
     Arrival { workload: usize },
     /// The webhook Service's ready endpoints change (an outage at 0).
@@ -434,7 +434,7 @@ impl World {
         let now = self.now();
         self.api.watch().tick(now);
         match event {
-            Event::CreateVm(vm) => self.create_vm(vm, None)?,
+            Event::CreateVm(vm) => self.create_vm(*vm, None)?,
             Event::SyncVm { namespace, vm } => self.sync_vm(&namespace, &vm)?,
             Event::CreateLauncher { namespace, vmi } => self.create_launcher(&namespace, &vmi)?,
             Event::WatchDeliver => self.deliver_watch()?,

@@ -70,7 +70,7 @@ impl World {
                 }
                 self.record("scheduler", &object, "Bound", vec![("node", node)])?;
                 let delay = self.pod_start_delay();
-                let event = Event::PodStarted { namespace: namespace.to_owned(), pod: name.to_owned() };
+                let event = Event::PodStarted { namespace: namespace.into(), pod: name.into() };
                 self.schedule_at(self.now() + delay, event)
             }
             Err(unschedulable) => {
@@ -93,7 +93,7 @@ impl World {
     pub(super) fn flush_unschedulable(&mut self) -> Result<(), WorldError> {
         let (due, next) = self.scheduling_queue.flush(self.now());
         for (namespace, pod) in due {
-            self.schedule_at(self.now(), Event::Schedule { namespace, pod })?;
+            self.schedule_at(self.now(), Event::Schedule { namespace: namespace.into(), pod: pod.into() })?;
         }
         match next {
             Some(next) => self.schedule_at(next, Event::SchedulerFlush),
@@ -104,7 +104,7 @@ impl World {
     /// A change that may let parked pods fit (a pod gone, a node added or changed): they go back to the queue.
     pub(super) fn scheduler_cluster_changed(&mut self) -> Result<(), WorldError> {
         for (namespace, pod, at) in self.scheduling_queue.move_all(self.now()) {
-            self.schedule_at(at, Event::Schedule { namespace, pod })?;
+            self.schedule_at(at, Event::Schedule { namespace: namespace.into(), pod: pod.into() })?;
         }
         Ok(())
     }
@@ -140,7 +140,7 @@ impl World {
             vmi.node_name = Some(node);
         });
         if scheduled.is_ok() {
-            let event = Event::VmiRunning { namespace: namespace.to_owned(), vmi: vmi_name.to_string() };
+            let event = Event::VmiRunning { namespace: namespace.into(), vmi: vmi_name.into() };
             self.schedule_at(self.now() + self.timing.vmi_running_after, event)?;
         }
         Ok(())
