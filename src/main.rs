@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 
+mod allocator;
 mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
@@ -15,10 +16,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-// The twin allocates and frees small objects (names, compact pods and claims) at every event; mimalloc's size-class
-// free lists measured 25–30% faster than glibc's allocator on ref-1k (docs/performance.md).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 #[derive(Parser)]
 #[command(name = "gpuclaim", version, about = "GPU claims for KubeVirt virtual machines")]

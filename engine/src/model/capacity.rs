@@ -130,65 +130,18 @@ impl Capacity {
         node_name: &str,
         node: Option<&Node>,
     ) {
-        // What is used is read before the set of classes is taken out (it sums over them); taken out while the
-        // classes are refreshed, so the walk needs no copy of their names.
         let used = self.used(resource, node_name);
-        let Some(publishing) = self.resources.remove(resource) else { return };
-        for class in &publishing {
-            self.refresh_with(&classes[class], node_name, node, used);
+        // The class indexes are refreshed beside the set naming them (two fields), so the walk copies no name.
+        let Some(publishing) = self.resources.get(resource) else { return };
+        for class in publishing {
+            refresh_class(&mut self.classes, &classes[class], node_name, node, used);
         }
-        self.resources.insert(resource.to_owned(), publishing);
     }
 
     /// Re-indexes `class` on `node` (`None`: the node is gone).
     pub(super) fn refresh(&mut self, class: &Class, node_name: &str, node: Option<&Node>) {
         let used = self.used(&class.resource_name, node_name);
-        self.refresh_with(class, node_name, node, used);
-    }
-
-    /// [`Capacity::refresh`] with the units of the class's resource `used` on the node.
-    fn refresh_with(&mut self, class: &Class, node_name: &str, node: Option<&Node>, used: u64) {
-        let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
-            let allocatable = node.devices[&class.resource_name];
-            (allocatable.saturating_sub(used), allocatable)
-        });
-        if !self.classes.contains_key(&class.name) {
-            self.classes.insert(class.name.clone(), ClassIndex::default());
-        }
-        let index = self.classes.get_mut(&class.name).expect("inserted above");
-        let indexed = index.entries.get_key_value(node_name).map(|(name, entry)| (name.clone(), *entry));
-        if indexed.as_ref().map(|(_, entry)| *entry) == offered {
-            return;
-        }
-        if let (Some((name, (old_free, allocatable))), Some((free, new_allocatable))) = (&indexed, offered)
-            && *allocatable == new_allocatable
-        {
-            // Only the free units moved: the node's shared name is moved between the ordered entries.
-            index.by_free.remove(&(*old_free, name.clone()));
-            index.by_free.insert((free, name.clone()));
-            index.entries.get_mut(node_name).expect("indexed above").0 = free;
-            index.free_units = index.free_units - old_free + free;
-            return;
-        }
-        if let Some((name, (free, allocatable))) = indexed {
-            index.entries.remove(node_name);
-            index.by_free.remove(&(free, name));
-            index.free_units -= free;
-            index.allocatable_units -= allocatable;
-            let nodes = index.allocatables.get_mut(&allocatable).expect("indexed allocatables are counted");
-            *nodes -= 1;
-            if *nodes == 0 {
-                index.allocatables.remove(&allocatable);
-            }
-        }
-        if let Some((free, allocatable)) = offered {
-            let name = Name::from(node_name);
-            index.by_free.insert((free, name.clone()));
-            index.entries.insert(name, (free, allocatable));
-            index.free_units += free;
-            index.allocatable_units += allocatable;
-            *index.allocatables.entry(allocatable).or_insert(0) += 1;
-        }
+        refresh_class(&mut self.classes, class, node_name, node, used);
     }
 
     /// The load of `node`, created empty if missing (its name is copied only then).
@@ -222,6 +175,57 @@ impl Capacity {
         for (resource, units) in devices {
             step(&mut load.pod_devices, resource, *units, adding);
         }
+    }
+}
+
+/// Re-indexes `class` on `node` (`None`: the node is gone), with `used` units of the class's resource taken there.
+fn refresh_class(
+    classes: &mut BTreeMap<String, ClassIndex>,
+    class: &Class,
+    node_name: &str,
+    node: Option<&Node>,
+    used: u64,
+) {
+    let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
+        let allocatable = node.devices[&class.resource_name];
+        (allocatable.saturating_sub(used), allocatable)
+    });
+    if !classes.contains_key(&class.name) {
+        classes.insert(class.name.clone(), ClassIndex::default());
+    }
+    let index = classes.get_mut(&class.name).expect("inserted above");
+    let indexed = index.entries.get_key_value(node_name).map(|(name, entry)| (name.clone(), *entry));
+    if indexed.as_ref().map(|(_, entry)| *entry) == offered {
+        return;
+    }
+    if let (Some((name, (old_free, allocatable))), Some((free, new_allocatable))) = (&indexed, offered)
+        && *allocatable == new_allocatable
+    {
+        // Only the free units moved: the node's shared name is moved between the ordered entries.
+        index.by_free.remove(&(*old_free, name.clone()));
+        index.by_free.insert((free, name.clone()));
+        index.entries.get_mut(node_name).expect("indexed above").0 = free;
+        index.free_units = index.free_units - old_free + free;
+        return;
+    }
+    if let Some((name, (free, allocatable))) = indexed {
+        index.entries.remove(node_name);
+        index.by_free.remove(&(free, name));
+        index.free_units -= free;
+        index.allocatable_units -= allocatable;
+        let nodes = index.allocatables.get_mut(&allocatable).expect("indexed allocatables are counted");
+        *nodes -= 1;
+        if *nodes == 0 {
+            index.allocatables.remove(&allocatable);
+        }
+    }
+    if let Some((free, allocatable)) = offered {
+        let name = Name::from(node_name);
+        index.by_free.insert((free, name.clone()));
+        index.entries.insert(name, (free, allocatable));
+        index.free_units += free;
+        index.allocatable_units += allocatable;
+        *index.allocatables.entry(allocatable).or_insert(0) += 1;
     }
 }
 

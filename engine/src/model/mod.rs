@@ -43,13 +43,13 @@ pub struct View {
     unavailable: BTreeSet<String>,
     /// namespace → VMI → the claims attached to that run or ordered for it (template claims' owner). Keyed in two
     /// levels (here and below) so a lookup borrows its key instead of building an owned tuple.
-    claims_by_run: Nested<BTreeSet<Name>>,
+    claims_by_run: Nested<Vec<Name>>,
     /// node → (namespace, claim) of the claims bound there (looked up by node only: hashed, see [`Nested`]).
     claims_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(Name, Name)>,
     /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
-    usages_by_claim: Nested<BTreeSet<Name>>,
+    usages_by_claim: Nested<Vec<Name>>,
     /// namespace → claim → names of its open usage records.
     open_usages: BTreeMap<Name, BTreeMap<Name, BTreeSet<Name>>>,
     capacity: Capacity,
@@ -57,7 +57,7 @@ pub struct View {
     /// pods there take through claims rather than on their own.
     vmi_claim_units: Nested<BTreeMap<Name, BTreeMap<String, u64>>>,
     /// namespace → VMI → its pods, so their device counts follow its claims.
-    pods_by_vmi: Nested<BTreeSet<Name>>,
+    pods_by_vmi: Nested<Vec<Name>>,
     /// node → (namespace, pod) of the pods occupying it (bound there, or pinned there once ungated): what a
     /// controller confirming a pin lists (looked up by node only: hashed).
     pods_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
@@ -769,15 +769,22 @@ fn prune<V>(map: &mut Nested<V>, first: &str, second: &str, is_empty: impl Fn(&V
     }
 }
 
-/// Adds or removes `value` in the set at (`first`, `second`), dropping sets and maps that become empty.
-fn edit_nested_set(map: &mut Nested<BTreeSet<Name>>, first: &Name, second: &Name, value: &Name, adding: bool) {
+/// Adds or removes `value` in the set at (`first`, `second`), dropping sets and maps that become empty. The sets
+/// hold one to three names (a run's claims, a claim's usage records, a VMI's pods), so they are sorted lists: a
+/// B-tree's node for one name cost an allocation ten times its size, on every VM start.
+fn edit_nested_set(map: &mut Nested<Vec<Name>>, first: &Name, second: &Name, value: &Name, adding: bool) {
     if adding {
-        nested_entry(map, first, second).insert(value.clone());
+        let set = nested_entry(map, first, second);
+        if let Err(at) = set.binary_search(value) {
+            set.insert(at, value.clone());
+        }
         return;
     }
     let Some(inner) = map.get_mut(first) else { return };
     let Some(set) = inner.get_mut(second) else { return };
-    set.remove(value);
+    if let Ok(at) = set.binary_search(value) {
+        set.remove(at);
+    }
     if set.is_empty() {
         inner.remove(second);
         if inner.is_empty() {

@@ -87,9 +87,14 @@ impl Watch {
         self.journal.get_or_insert_with(Vec::new);
     }
 
-    /// The keys changed since the last call (empty unless the journal is kept).
-    pub fn take_journal(&mut self) -> Vec<ObjectKey> {
-        self.journal.as_mut().map(std::mem::take).unwrap_or_default()
+    /// The keys changed since the last call (empty unless the journal is kept). `spent` (emptied) takes the
+    /// journal's place, so the journal keeps a buffer grown to an event's size instead of growing a new one.
+    pub fn take_journal(&mut self, mut spent: Vec<ObjectKey>) -> Vec<ObjectKey> {
+        spent.clear();
+        match &mut self.journal {
+            Some(journal) => std::mem::replace(journal, spent),
+            None => Vec::new(),
+        }
     }
 
     /// Notes a change written outside the stream (a watcher's own write) in the journal.

@@ -156,9 +156,16 @@ pub struct Invariants {
     /// Gated pods whose set fits on some node, since when (continuously at every sample).
     fitting: BTreeMap<Key, (Millis, String)>,
     next_sample: Millis,
+    /// The buffer the last event's keys came in, kept so the next event's fit without growing one again.
+    journal: Vec<ObjectKey>,
 }
 
 impl Invariants {
+    /// An empty buffer for the next event's keys (see [`crate::apiserver::watch::Watch::take_journal`]).
+    pub fn spent_journal(&mut self) -> Vec<ObjectKey> {
+        std::mem::take(&mut self.journal)
+    }
+
     /// Checks starting on `store` (the objects a scenario starts with are taken into the ledgers as they are).
     pub fn new(store: &View, variant: Variant, reaction: Millis) -> Self {
         let mut invariants = Invariants {
@@ -174,6 +181,7 @@ impl Invariants {
             mismatched: BTreeMap::new(),
             fitting: BTreeMap::new(),
             next_sample: Millis::ZERO,
+            journal: Vec::new(),
         };
         let keys: Vec<ObjectKey> = store
             .pods()
@@ -244,9 +252,12 @@ impl Invariants {
         }
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
         let mut booked = Vec::new();
-        for object in touched.into_iter().filter(|o| o.kind == Kind::Pod) {
+        for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
             booked.extend(self.pod(store, (object.namespace.clone(), object.name.clone()))?);
         }
+        // Handed back for the next event's keys (see [`Invariants::spent_journal`]).
+        touched.clear();
+        self.journal = touched;
         for (pod, node) in booked {
             self.judge_pod_devices(store, &pod, &node)?;
         }

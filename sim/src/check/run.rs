@@ -47,7 +47,7 @@ pub fn watch_invariants(world: &mut World, variant: Variant, reaction: Millis) -
 
 /// Checks what the world's last event changed (an observer of [`World::run_observed`]).
 pub fn check_event(invariants: &mut Invariants, world: &mut World) -> Result<(), Stop> {
-    let touched = world.api.watch().take_journal();
+    let touched = world.api.watch().take_journal(invariants.spent_journal());
     let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
     invariants.check(world.store(), touched, now, time, leads).map_err(|violation| Stop {
         violation,
