@@ -126,6 +126,10 @@ struct Pass<'v> {
     waiting_claims: BTreeMap<ClaimKey<'v>, &'v Claim>,
     /// Why the last candidate node refused the pod being placed (for its Waiting event).
     last_refusal: std::cell::Cell<Option<String>>,
+    /// Changes to what settling pods reads (`attached`, `pinned_pods`) so far, and how many there had been when pods
+    /// were last settled: a pass settles twice, and the second time usually finds nothing new.
+    moves: u64,
+    settled_at: Option<u64>,
 }
 
 impl<'v> Pass<'v> {
@@ -160,6 +164,8 @@ impl<'v> Pass<'v> {
             actions: Vec::new(),
             last_refusal: std::cell::Cell::new(None),
             waiting_claims: BTreeMap::new(),
+            moves: 0,
+            settled_at: None,
         }
     }
 
@@ -204,6 +210,7 @@ impl<'v> Pass<'v> {
         let Some(resource) = self.view.class(class).map(|c| c.resource_name.as_str()) else { return };
         shift(&mut self.units, resource, node, -delta);
         if let Some(vmi) = &status.attached_to {
+            self.moves += 1;
             let entries = self.attached.entry((namespace.clone(), vmi.name.clone())).or_default();
             match entries.iter_mut().find(|(n, r, _)| n == node && *r == resource) {
                 Some((_, _, units)) => *units += delta,

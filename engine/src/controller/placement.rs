@@ -303,6 +303,7 @@ impl<'v> Pass<'v> {
             }
         }
         self.pinned_pods.insert((pod.namespace.clone(), pod.name.clone()), node_name);
+        self.moves += 1;
         let pinned = self.pinned.entry(node.to_owned()).or_insert((0, 0));
         pinned.0 += pod.cpu_millis;
         pinned.1 += pod.memory_bytes;

@@ -11,6 +11,10 @@ impl Pass<'_> {
     /// those counts change too (a migration target stops counting once the claims follow it; the source launcher
     /// starts counting until it exits). Brings the unit overlay in step; safe to call again.
     pub(super) fn settle_pods(&mut self) {
+        if self.settled_at == Some(self.moves) {
+            return;
+        }
+        self.settled_at = Some(self.moves);
         let view = self.view;
         let vmis: Vec<(Name, Name)> = self
             .attached
