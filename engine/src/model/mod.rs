@@ -338,8 +338,7 @@ impl View {
         let after = PodIndexed::of(pod);
         let (namespace, name) = (&pod.namespace.clone(), &pod.name.clone());
         self.uncount_pod_devices(namespace, name);
-        self.index_pod(namespace, name, &before, false);
-        self.index_pod(namespace, name, &after, true);
+        self.reindex_pod(namespace, name, &before, &after);
         self.count_pod_devices(namespace, name);
         true
     }
@@ -434,6 +433,13 @@ impl View {
 
     /// Adds (or takes out) a pod's entries in the gated queue, the pods of its VMI and its node's CPU and memory.
     fn index_pod(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
+        self.index_gated(namespace, name, indexed, adding);
+        self.index_owner(namespace, name, indexed, adding);
+        self.index_node(namespace, name, indexed, adding);
+    }
+
+    /// The gated queue.
+    fn index_gated(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
         if let Some(created) = indexed.gated_since {
             let key = (created, namespace.clone(), name.clone());
             if adding {
@@ -442,12 +448,40 @@ impl View {
                 self.gated.remove(&key);
             }
         }
+    }
+
+    /// The pods of its VMI.
+    fn index_owner(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
         if let Some(vmi) = &indexed.owner_vmi {
             edit_nested_set(&mut self.pods_by_vmi, namespace, vmi, name, adding);
         }
+    }
+
+    /// The node it occupies: its pods and the CPU and memory taken there.
+    fn index_node(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
         if let Some(node) = &indexed.occupied {
             self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
             edit_set(&mut self.pods_by_node, node, (namespace.clone(), name.clone()), adding);
+        }
+    }
+
+    /// [`View::index_pod`] from `before` to `after`, touching only the indexes whose entry moved: an edit usually
+    /// changes one thing (ungated, bound, ended), and taking an entry out to put it back costs hashed lookups and a
+    /// set edit each.
+    fn reindex_pod(&mut self, namespace: &Name, name: &Name, before: &PodIndexed, after: &PodIndexed) {
+        if before.gated_since != after.gated_since {
+            self.index_gated(namespace, name, before, false);
+            self.index_gated(namespace, name, after, true);
+        }
+        if before.owner_vmi != after.owner_vmi {
+            self.index_owner(namespace, name, before, false);
+            self.index_owner(namespace, name, after, true);
+        }
+        if (&before.occupied, before.cpu_millis, before.memory_bytes)
+            != (&after.occupied, after.cpu_millis, after.memory_bytes)
+        {
+            self.index_node(namespace, name, before, false);
+            self.index_node(namespace, name, after, true);
         }
     }
 
