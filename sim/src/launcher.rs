@@ -35,7 +35,7 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
         .collect();
     annotations.insert("kubectl.kubernetes.io/default-container".to_owned(), "compute".to_owned());
     let mut devices: BTreeMap<String, u64> = DEVICE_PLUGINS.iter().map(|d| ((*d).to_owned(), 1)).collect();
-    for gpu in &vmi.gpus {
+    for gpu in vmi.gpus.iter() {
         *devices.entry(gpu.device_name.clone()).or_insert(0) += 1;
     }
     Pod {

@@ -74,14 +74,15 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
         resource_version: meta.resource_version.unwrap_or_default(),
         labels: Arc::new(meta.labels.unwrap_or_default()),
         annotations: Arc::new(meta.annotations.unwrap_or_default()),
-        gpus: wire
-            .spec
-            .domain
-            .devices
-            .gpus
-            .into_iter()
-            .map(|g| GpuDevice { name: g.name, device_name: g.device_name })
-            .collect(),
+        gpus: Arc::new(
+            wire.spec
+                .domain
+                .devices
+                .gpus
+                .into_iter()
+                .map(|g| GpuDevice { name: g.name, device_name: g.device_name })
+                .collect(),
+        ),
         phase: vmi_phase(wire.status.phase.as_deref()),
         node_name: wire.status.node_name.filter(|n| !n.is_empty()).map(Name::from),
         deleting: meta.deletion_timestamp.is_some(),

@@ -555,7 +555,7 @@ impl View {
     fn recount_vmi_pods(&mut self, namespace: &Name, vmi: &str) {
         let Some(pods) = nested(&self.pods_by_vmi, namespace, vmi) else { return };
         // Usually one pod (the launcher); a migration adds its target.
-        let pods: Vec<Name> = pods.iter().cloned().collect();
+        let pods: Vec<Name> = pods.to_vec();
         for pod in pods {
             self.uncount_pod_devices(namespace, &pod);
             self.count_pod_devices(namespace, &pod);

@@ -180,7 +180,7 @@ pub struct Vmi {
     // Shared and copied on write, as a pod's: a VMI is copied for every watch event and most of a copy was these.
     pub labels: Arc<BTreeMap<String, String>>,
     pub annotations: Arc<BTreeMap<String, String>>,
-    pub gpus: Vec<GpuDevice>,
+    pub gpus: Arc<Vec<GpuDevice>>,
     pub phase: VmiPhase,
     /// `status.nodeName`: where the VMI runs (the target's node once a migration completes).
     pub node_name: Option<Name>,

@@ -35,7 +35,7 @@ impl VmiPatch {
             Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value.clone());
         }
         if let Some(gpus) = &self.gpus {
-            vmi.gpus = gpus.clone();
+            vmi.gpus = Arc::new(gpus.clone());
         }
     }
 }
@@ -203,7 +203,7 @@ pub fn admit_vmi_with(view: &View, vmi: &Vmi, variant: &Variant) -> Result<VmiPa
     }
     if vmi.gpus.is_empty() {
         patch.gpus = Some(gpus);
-    } else if vmi.gpus != gpus {
+    } else if *vmi.gpus != gpus {
         // Entries we did not write (or a forged copy of ours that does not match): a mixed list.
         return Err(VmiRefusal::MixedList);
     }

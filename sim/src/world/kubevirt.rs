@@ -77,7 +77,7 @@ impl World {
         Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_owned());
         match render_vm(&vm.spec.gpus, self.claims_enabled) {
             Ok(VmRender::Nothing) => {}
-            Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus,
+            Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus.into(),
             Ok(VmRender::References { annotation }) => {
                 Arc::make_mut(&mut vmi.labels).insert(keys::LABEL_CLAIMS.to_owned(), keys::TRUE.to_owned());
                 Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_CLAIMS.to_owned(), annotation);
@@ -179,7 +179,7 @@ impl World {
         self.record("virt-handler", &object, "Running", vec![("node", node.to_string())])?;
         self.stats.vm_starts += 1;
         let mut units: BTreeMap<String, i64> = BTreeMap::new();
-        for gpu in &self.api.store().vmi(namespace, name).expect("updated above").gpus {
+        for gpu in self.api.store().vmi(namespace, name).expect("updated above").gpus.iter() {
             *units.entry(gpu.device_name.clone()).or_insert(0) += 1;
         }
         let now = self.now();

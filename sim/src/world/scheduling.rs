@@ -140,7 +140,7 @@ impl World {
             vmi.node_name = Some(node);
         });
         if scheduled.is_ok() {
-            let event = Event::VmiRunning { namespace: namespace.into(), vmi: vmi_name.into() };
+            let event = Event::VmiRunning { namespace: namespace.into(), vmi: vmi_name };
             self.schedule_at(self.now() + self.timing.vmi_running_after, event)?;
         }
         Ok(())
