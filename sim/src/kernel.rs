@@ -1,7 +1,8 @@
 //! Virtual time and the one event queue: events ordered by (time, insertion sequence), so events at the same
 //! millisecond run in the order they were scheduled, on every machine.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::ops::Add;
 
@@ -55,13 +56,30 @@ pub enum KernelError {
 pub struct Kernel<E> {
     now: Millis,
     sequence: u64,
-    queue: BTreeMap<(Millis, u64), E>,
+    /// Events due later than now, ordered by (time, sequence): the heap holds only that key and the event's slot,
+    /// so sifting moves 24 bytes, not the event.
+    later: BinaryHeap<Reverse<(Millis, u64, u32)>>,
+    /// The events of `later`, by slot; freed slots are reused.
+    slots: Vec<Option<E>>,
+    free: Vec<u32>,
+    /// Events scheduled for the current millisecond, in the order they were scheduled. Most events a step schedules
+    /// are for now (the next controller in a chain reacting at once); they need no ordering beyond arrival, and
+    /// every event of `later` due now was scheduled before them, so it runs first.
+    due_now: VecDeque<E>,
     handled: u64,
 }
 
 impl<E> Default for Kernel<E> {
     fn default() -> Self {
-        Kernel { now: Millis::ZERO, sequence: 0, queue: BTreeMap::new(), handled: 0 }
+        Kernel {
+            now: Millis::ZERO,
+            sequence: 0,
+            later: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            due_now: VecDeque::new(),
+            handled: 0,
+        }
     }
 }
 
@@ -80,12 +98,15 @@ impl<E> Kernel<E> {
     }
 
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.later.len() + self.due_now.len()
     }
 
     /// The time of the next event, if any.
     pub fn peek_time(&self) -> Option<Millis> {
-        self.queue.keys().next().map(|(at, _)| *at)
+        if !self.due_now.is_empty() {
+            return Some(self.now);
+        }
+        self.later.peek().map(|Reverse((at, _, _))| *at)
     }
 
     /// Schedules `event` at `at`; the past is an error (a bug in the actor that asked).
@@ -93,11 +114,25 @@ impl<E> Kernel<E> {
         if at < self.now {
             return Err(KernelError::InThePast { now: self.now, at });
         }
-        if self.queue.len() >= EVENTS_QUEUED_MAX {
+        if self.queued() >= EVENTS_QUEUED_MAX {
             return Err(KernelError::QueueFull);
         }
-        self.queue.insert((at, self.sequence), event);
         self.sequence += 1;
+        if at == self.now {
+            self.due_now.push_back(event);
+            return Ok(());
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                self.slots.push(Some(event));
+                u32::try_from(self.slots.len() - 1).expect("the queue's bound keeps slots within u32")
+            }
+        };
+        self.later.push(Reverse((at, self.sequence, slot)));
         Ok(())
     }
 
@@ -107,10 +142,18 @@ impl<E> Kernel<E> {
 
     /// Takes the next event and moves the clock to its time.
     pub fn take_next(&mut self) -> Option<(Millis, E)> {
-        let ((at, _), event) = self.queue.pop_first()?;
-        self.now = at;
+        // Events of `later` due now were scheduled before any of `due_now` (those were scheduled at now itself).
+        let event = match self.later.peek() {
+            Some(Reverse((at, _, _))) if *at == self.now || self.due_now.is_empty() => {
+                let Reverse((at, _, slot)) = self.later.pop().expect("peeked");
+                self.now = at;
+                self.free.push(slot);
+                self.slots[slot as usize].take().expect("a queued slot holds its event")
+            }
+            _ => self.due_now.pop_front()?,
+        };
         self.handled += 1;
-        Some((at, event))
+        Some((self.now, event))
     }
 
     /// Runs `step` on every event up to and including `until`, at most `events_max` events: a run that does not
@@ -161,6 +204,39 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| kernel.take_next()).collect();
         assert_eq!(order, [(Millis(10), "a"), (Millis(10), "b"), (Millis(20), "c")]);
         assert_eq!((kernel.now(), kernel.handled()), (Millis(20), 3));
+    }
+
+    /// The kernel's order against the definition (a sort by time, then by when each was scheduled), with events
+    /// scheduled while others run, many at the current millisecond.
+    #[test]
+    fn events_scheduled_while_running_keep_time_then_schedule_order() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut kernel = Kernel::new();
+        let mut expected: Vec<(Millis, u64)> = Vec::new();
+        let mut next = 0u64;
+        for _ in 0..50 {
+            let at = Millis(rng.random_range(0..20));
+            kernel.schedule_at(at, next).unwrap();
+            expected.push((at, next));
+            next += 1;
+        }
+        let mut seen = Vec::new();
+        while let Some((at, event)) = kernel.take_next() {
+            seen.push((at, event));
+            if next < 2_000 {
+                for _ in 0..rng.random_range(0..3) {
+                    let delay = if rng.random_bool(0.6) { 0 } else { rng.random_range(0..15) };
+                    kernel.schedule_at(at + Millis(delay), next).unwrap();
+                    expected.push((at + Millis(delay), next));
+                    next += 1;
+                }
+            }
+        }
+        // Events are numbered in the order they were scheduled, so (time, number) is (time, sequence).
+        expected.sort();
+        assert_eq!(seen, expected);
+        assert_eq!(kernel.queued(), 0);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
     Pod {
         namespace: vmi.namespace.clone(),
         name: name.into(),
-        uid: format!("uid-{name}"),
+        uid: ["uid-", name].concat(),
         resource_version: String::new(),
         created,
         labels: labels.into(),

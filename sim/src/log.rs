@@ -36,7 +36,12 @@ pub struct Named<'a>(pub &'static str, pub &'a str, pub &'a str);
 
 impl std::fmt::Display for Named<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.0, self.1, self.2)
+        // Piece by piece: `write!` goes through the formatting machinery, several times the cost of the copies.
+        f.write_str(self.0)?;
+        f.write_str(" ")?;
+        f.write_str(self.1)?;
+        f.write_str("/")?;
+        f.write_str(self.2)
     }
 }
 

@@ -25,7 +25,9 @@ impl ObjectRef {
 
 impl std::fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        f.write_str(&self.namespace)?;
+        f.write_str("/")?;
+        f.write_str(&self.name)
     }
 }
 

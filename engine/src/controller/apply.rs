@@ -150,7 +150,7 @@ pub fn created_claim(action: &Action, now: Time) -> Option<Claim> {
     Some(Claim {
         namespace: claim.namespace.clone(),
         name: claim.name.clone(),
-        uid: format!("uid-{}-{}", claim.namespace, claim.name),
+        uid: ["uid-", &claim.namespace, "-", &claim.name].concat(),
         resource_version: "2".to_owned(),
         created: now,
         class: class.as_str().into(),

@@ -5,13 +5,14 @@ pub const NAME_LENGTH_MAX: usize = 253;
 
 /// The template claim for the `index`-th claim template of VMI `vmi`: `<vmi>-gpu-<index>`.
 pub fn template_claim_name(vmi: &str, index: u32) -> String {
-    bounded(format!("{vmi}-gpu-{index}"))
+    // Concatenated, not formatted: the checks and the controller name template claims several times per pass.
+    bounded([vmi, "-gpu-", itoa::Buffer::new().format(index)].concat())
 }
 
 /// A usage record of `claim` for one attachment segment (VMI uid, node, start): `<claim>-<hash>`.
 pub fn usage_name(claim: &str, vmi_uid: &str, node: &str, start_millis: i64) -> String {
     let hash = fnv1a(&[vmi_uid.as_bytes(), node.as_bytes(), &start_millis.to_le_bytes()]);
-    bounded(format!("{claim}-{:08x}", hash as u32))
+    bounded([claim, "-", hex8(hash as u32).as_str()].concat())
 }
 
 /// Cuts a name that is too long and appends a hash of the whole, so distinct long names stay distinct.
@@ -22,8 +23,27 @@ fn bounded(name: String) -> String {
     let hash = fnv1a(&[name.as_bytes()]) as u32;
     let keep = NAME_LENGTH_MAX - 9;
     let mut cut = name[..keep].trim_end_matches(['-', '.']).to_owned();
-    cut.push_str(&format!("-{hash:08x}"));
+    cut.push('-');
+    cut.push_str(hex8(hash).as_str());
     cut
+}
+
+/// `value` as eight lowercase hex digits (`{:08x}`), without the formatting machinery.
+fn hex8(value: u32) -> HexDigits {
+    let mut digits = [0u8; 8];
+    for (index, slot) in digits.iter_mut().enumerate() {
+        let nibble = (value >> (28 - 4 * index)) & 0xf;
+        *slot = b"0123456789abcdef"[nibble as usize];
+    }
+    HexDigits(digits)
+}
+
+struct HexDigits([u8; 8]);
+
+impl HexDigits {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
 }
 
 /// FNV-1a, 64 bits: stable across platforms and releases (std's hasher is not), which names need.
@@ -49,6 +69,9 @@ mod tests {
         assert_ne!(name, template_claim_name(&long, 1));
         assert_eq!(usage_name("train-a", "uid-1", "gpu-1", 0), usage_name("train-a", "uid-1", "gpu-1", 0));
         assert_ne!(usage_name("train-a", "uid-1", "gpu-1", 0), usage_name("train-a", "uid-1", "gpu-2", 0));
+        for value in [0, 1, 0xdead_beef, u32::MAX, 0x0123_4567] {
+            assert_eq!(hex8(value).as_str(), format!("{value:08x}"));
+        }
         // Pinned: a change of hash function renames every record in existing clusters.
         assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
     }

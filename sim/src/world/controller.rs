@@ -167,7 +167,12 @@ impl World {
                     .claim(&claim.namespace, &claim.name)
                     .and_then(|c| c.node.clone())
                     .unwrap_or_default();
-                self.record("gpu-controller", &format_args!("GPUClaim {claim}"), what, vec![("node", node.to_string())])
+                self.record(
+                    "gpu-controller",
+                    &Named("GPUClaim", &claim.namespace, &claim.name),
+                    what,
+                    vec![("node", node.to_string())],
+                )
             }
             Action::PinAndUngate { pod, node, .. } => {
                 if let Some(created) = self.api.store().pod(&pod.namespace, &pod.name).map(|p| p.created) {
@@ -176,7 +181,7 @@ impl World {
                 }
                 self.record(
                     "gpu-controller",
-                    &format_args!("Pod {pod}"),
+                    &Named("Pod", &pod.namespace, &pod.name),
                     "PinnedAndUngated",
                     vec![("node", node.clone())],
                 )?;
@@ -184,24 +189,27 @@ impl World {
                 self.schedule_at(self.now(), event)
             }
             Action::Ungate { pod, .. } => {
-                self.record("gpu-controller", &format_args!("Pod {pod}"), "Ungated", vec![])?;
+                self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Ungated", vec![])?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
-            Action::Pin { pod, node, .. } => {
-                self.record("gpu-controller", &format_args!("Pod {pod}"), "Pinned", vec![("node", node.clone())])
-            }
+            Action::Pin { pod, node, .. } => self.record(
+                "gpu-controller",
+                &Named("Pod", &pod.namespace, &pod.name),
+                "Pinned",
+                vec![("node", node.clone())],
+            ),
             Action::SetPodWaiting { pod, waiting, .. } => {
                 self.metrics.count(&format!("{}{}", crate::metrics::WAITING_PREFIX, waiting.reason));
                 let fields = vec![("reason", waiting.reason.clone())];
-                self.record("gpu-controller", &format_args!("Pod {pod}"), "Waiting", fields)
+                self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Waiting", fields)
             }
             Action::OpenUsage { usage } => {
                 let object = Named("GPUUsage", &usage.namespace, &usage.name);
                 self.record("gpu-controller", &object, "Opened", vec![("node", usage.node.to_string())])
             }
             Action::CloseUsage { usage, .. } => {
-                self.record("gpu-controller", &format_args!("GPUUsage {usage}"), "Closed", vec![])
+                self.record("gpu-controller", &Named("GPUUsage", &usage.namespace, &usage.name), "Closed", vec![])
             }
             Action::PublishClass { class, published, .. } => {
                 let fields = vec![("free", published.free_units.to_string())];

@@ -71,7 +71,7 @@ impl World {
         let mut vmi = Vmi {
             namespace: namespace.into(),
             name: name.into(),
-            uid: format!("uid-vmi-{name}-{}", self.kernel.handled()),
+            uid: ["uid-vmi-", name, "-", itoa::Buffer::new().format(self.kernel.handled())].concat(),
             ..Vmi::default()
         };
         Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_owned());
@@ -87,10 +87,12 @@ impl World {
                 return self.refused("vm-controller", &object, "RenderRefused", reason, refusal.to_string());
             }
         }
-        let item = format!("{namespace}/{name}");
+        let item = || [namespace, "/", name].concat();
         match self.api.create_vmi(vmi) {
             Ok(_) => {
-                self.vm_retries.forget(&item);
+                if self.vm_retries.backing_off() {
+                    self.vm_retries.forget(&item());
+                }
                 self.vms.get_mut(namespace, name).expect("read above").vmi_ran = false;
                 self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", vec![])?;
                 let event = Event::CreateLauncher { namespace: namespace.into(), vmi: name.into() };
@@ -98,7 +100,7 @@ impl World {
             }
             Err(error) => {
                 self.refused("vm-controller", &object, "FailedCreate", error.reason(), error.to_string())?;
-                let retry = self.vm_retries.when(&item, self.now());
+                let retry = self.vm_retries.when(&item(), self.now());
                 let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
                 self.schedule_at(self.now() + retry, event)
             }
@@ -113,7 +115,7 @@ impl World {
             return Ok(());
         }
         let Some(vm) = self.vms.get(namespace, vmi_name) else { return Ok(()) };
-        let name = format!("virt-launcher-{vmi_name}-{:05}", self.kernel.handled() % 100_000);
+        let name = launcher_name(vmi_name, self.kernel.handled());
         let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
         // A WaitForFirstConsumer volume not bound yet: first the temporary pod (same labels and requests), whose
         // node the volume binds to.
@@ -123,11 +125,13 @@ impl World {
                 .insert(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING.to_owned(), keys::TRUE.to_owned());
         }
         let object = Named("Pod", namespace, &name);
-        let item = format!("{namespace}/{vmi_name}");
+        let item = || [namespace, "/", vmi_name].concat();
         match self.api.create_pod(pod) {
             Ok(pod) => {
                 let gated = !pod.scheduling_gates.is_empty();
-                self.vmi_retries.forget(&item);
+                if self.vmi_retries.backing_off() {
+                    self.vmi_retries.forget(&item());
+                }
                 let role = if binder { "volume binder" } else { "launcher" };
                 self.record(
                     "vmi-controller",
@@ -145,7 +149,7 @@ impl World {
             Err(error) => {
                 let vmi_object = Named("VirtualMachineInstance", namespace, vmi_name);
                 self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
-                let retry = self.vmi_retries.when(&item, self.now());
+                let retry = self.vmi_retries.when(&item(), self.now());
                 let event = Event::CreateLauncher { namespace: namespace.into(), vmi: vmi_name.into() };
                 self.schedule_at(self.now() + retry, event)
             }
@@ -305,5 +309,30 @@ impl World {
         let object = Named("VirtualMachineInstance", namespace, vmi);
         self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
         self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.into(), vm: vmi.into() })
+    }
+}
+
+/// `virt-launcher-<vmi>-<five digits>`: KubeVirt's generated suffix, here the kernel's event count (deterministic).
+fn launcher_name(vmi: &str, handled: u64) -> String {
+    let digits = handled % 100_000;
+    let mut suffix = [b'0'; 5];
+    let mut rest = digits;
+    for slot in suffix.iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    let suffix = std::str::from_utf8(&suffix).expect("ASCII digits");
+    ["virt-launcher-", vmi, "-", suffix].concat()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::launcher_name;
+
+    #[test]
+    fn launcher_names_carry_five_digits() {
+        assert_eq!(launcher_name("vm-1", 42), "virt-launcher-vm-1-00042");
+        assert_eq!(launcher_name("vm-1", 1_234_567), "virt-launcher-vm-1-34567");
+        assert_eq!(launcher_name("vm-1", 0), format!("virt-launcher-vm-1-{:05}", 0));
     }
 }
