@@ -108,10 +108,30 @@ struct SeenPod {
     gated: bool,
     /// Live and ungated with a gated role: it holds its held claims (uid of its VMI).
     holds: Option<String>,
-    held: Vec<String>,
-    /// The annotations `held` was read from: a pod written again with the same (shared) annotations holds the
-    /// same claims, so the attachments are not parsed again.
-    held_from: Option<Arc<BTreeMap<String, String>>>,
+    /// A gated role's attachments, as read from its annotations.
+    attachments: Option<Attachments>,
+}
+
+impl SeenPod {
+    /// The held claims it holds (none unless it holds its set).
+    fn held(&self) -> impl Iterator<Item = &str> {
+        let attachments = self.attachments.as_ref().filter(|_| self.holds.is_some());
+        attachments.into_iter().flat_map(|a| a.list.iter().filter_map(|(claim, _)| claim.as_deref()))
+    }
+}
+
+/// A pod's attachments, (held claim name, template index) each, and the annotations they were read from: a pod
+/// written again with the same (shared) annotations has the same attachments, so the JSON is not parsed again.
+#[derive(Clone, Debug)]
+struct Attachments {
+    from: Arc<BTreeMap<String, String>>,
+    list: Arc<[(Option<String>, Option<u32>)]>,
+}
+
+impl PartialEq for Attachments {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.list, &other.list) || self.list == other.list
+    }
 }
 
 /// What the checks remember of a claim.
@@ -360,8 +380,8 @@ impl Invariants {
             }
         }
         if let Some(uid) = &old.holds {
-            for claim in &old.held {
-                if let Some(holders) = self.holders.get_mut(&(key.0.clone(), claim.as_str().into())) {
+            for claim in old.held() {
+                if let Some(holders) = self.holders.get_mut(&(key.0.clone(), claim.into())) {
                     holders.remove(uid);
                 }
             }
@@ -385,16 +405,16 @@ impl Invariants {
                         format!("Pod {}/{} left the gate without a pin to one node", key.0, key.1),
                     ));
                 };
-                self.whole_set_on(store, pod, node)?;
+                self.whole_set_on(store, pod, &new, node)?;
             }
             if bound_now {
                 let node = new.booked_on.as_deref().expect("bound");
-                self.whole_set_on(store, pod, node)?;
+                self.whole_set_on(store, pod, &new, node)?;
             }
         }
         if let Some(uid) = &new.holds {
-            for claim in &new.held {
-                let holders = self.holders.entry((key.0.clone(), claim.as_str().into())).or_default();
+            for claim in new.held() {
+                let holders = self.holders.entry((key.0.clone(), claim.into())).or_default();
                 holders.insert(uid.clone());
                 if holders.len() > 1 {
                     let runs: Vec<&str> = holders.iter().map(String::as_str).collect();
@@ -437,17 +457,11 @@ impl Invariants {
         let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
-        // Only a pod that holds its claims needs them read (the annotation is JSON: most pod changes skip it).
-        let (held, held_from) = match holds {
-            Some(_) if old.held_from.as_ref().is_some_and(|from| Arc::ptr_eq(from, &pod.annotations)) => {
-                (old.held.clone(), old.held_from.clone())
-            }
-            Some(_) => (
-                attachments(pod).into_iter().filter_map(|(claim, _)| claim).collect(),
-                Some(Arc::clone(&pod.annotations)),
-            ),
-            None => (Vec::new(), None),
-        };
+        // Only a pod the gate holds needs them read (the annotation is JSON: read again only when it changed).
+        let attachments = gated_role.then(|| match &old.attachments {
+            Some(read) if Arc::ptr_eq(&read.from, &pod.annotations) => read.clone(),
+            _ => Attachments { from: Arc::clone(&pod.annotations), list: attachments(pod).into() },
+        });
         let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
             devices: Arc::clone(&pod.devices),
@@ -455,18 +469,18 @@ impl Invariants {
             gated_role,
             gated: gated_role && gated,
             holds,
-            held,
-            held_from,
+            attachments,
         }
     }
 
     /// Every claim of the pod's set is bound to `node`.
-    fn whole_set_on(&self, store: &View, pod: &Pod, node: &str) -> Result<(), Violation> {
+    fn whole_set_on(&self, store: &View, pod: &Pod, seen: &SeenPod, node: &str) -> Result<(), Violation> {
         let vmi = pod.owner_vmi.as_ref().map_or("", |vmi| vmi.name.as_str());
-        for (held, template) in attachments(pod) {
+        let listed = seen.attachments.as_ref().map_or(&[][..], |a| &a.list[..]);
+        for (held, template) in listed {
             let name = match (held, template) {
-                (Some(name), _) => name,
-                (None, Some(index)) => template_claim_name(vmi, index),
+                (Some(name), _) => std::borrow::Cow::Borrowed(name.as_str()),
+                (None, Some(index)) => template_claim_name(vmi, *index).into(),
                 (None, None) => continue,
             };
             let at = store.claim(&pod.namespace, &name).and_then(|claim| claim.node.as_deref());
