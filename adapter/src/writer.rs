@@ -460,8 +460,8 @@ pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef
 pub fn usage_object(usage: &Usage, claim_uid: &str) -> GPUUsage {
     let spec = GPUUsageSpec {
         claim: usage.claim.to_string(),
-        class_name: usage.class.clone(),
-        resource_name: usage.resource_name.clone(),
+        class_name: usage.class.to_string(),
+        resource_name: usage.resource_name.to_string(),
         count: usage.count,
         vmi: usage.vmi.clone(),
         node: usage.node.to_string(),

@@ -16,8 +16,52 @@ pub const DEVICE_PLUGINS: [&str; 3] =
 /// template.go: the label the node labeller sets on nodes whose host CPU model is obsolete.
 pub const OBSOLETE_HOST_MODEL: &str = "node-labeller.kubevirt.io/obsolete-host-model";
 
+/// What every launcher a world renders carries alike, built once per world and shared (copied on write, like any
+/// pod's maps): a launcher is rendered per VM start, and building these was a third of a render's allocations. Per
+/// world, not per process, so that parallel runs do not contend on one reference count.
+#[derive(Clone, Debug)]
+pub struct LauncherParts {
+    tolerations: Arc<Vec<Toleration>>,
+    node_selector: Arc<BTreeMap<String, String>>,
+    required_terms: Arc<Vec<NodeSelectorTerm>>,
+}
+
+impl Default for LauncherParts {
+    fn default() -> Self {
+        let toleration = |key: &str| Toleration {
+            key: Some(key.to_owned()),
+            operator: Some("Exists".to_owned()),
+            effect: Some("NoExecute".to_owned()),
+            toleration_seconds: Some(300),
+            value: None,
+        };
+        LauncherParts {
+            tolerations: Arc::new(vec![
+                toleration("node.kubernetes.io/not-ready"),
+                toleration("node.kubernetes.io/unreachable"),
+            ]),
+            node_selector: Arc::new(BTreeMap::from([(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned())])),
+            required_terms: Arc::new(vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: OBSOLETE_HOST_MODEL.to_owned(),
+                    operator: "DoesNotExist".to_owned(),
+                    values: None,
+                }]),
+                match_fields: None,
+            }]),
+        }
+    }
+}
+
 /// The launcher pod of `vmi` named `name`, requesting `cpu_millis` and `memory_bytes`.
-pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64, created: Time) -> Pod {
+pub fn render_launcher(
+    vmi: &Vmi,
+    name: &str,
+    cpu_millis: u64,
+    memory_bytes: u64,
+    created: Time,
+    parts: &LauncherParts,
+) -> Pod {
     let mut labels = (*vmi.labels).clone();
     labels.insert(kubevirt::LABEL_APP.to_owned(), kubevirt::LAUNCHER.to_owned());
     labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.clone());
@@ -47,26 +91,9 @@ pub fn render_launcher(vmi: &Vmi, name: &str, cpu_millis: u64, memory_bytes: u64
         labels: labels.into(),
         annotations: annotations.into(),
         scheduling_gates: Vec::new(),
-        tolerations: ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]
-            .iter()
-            .map(|key| Toleration {
-                key: Some((*key).to_owned()),
-                operator: Some("Exists".to_owned()),
-                effect: Some("NoExecute".to_owned()),
-                toleration_seconds: Some(300),
-                value: None,
-            })
-            .collect::<Vec<_>>()
-            .into(),
-        node_selector: BTreeMap::from([(kubevirt::LABEL_SCHEDULABLE.to_owned(), keys::TRUE.to_owned())]).into(),
-        required_terms: Some(Arc::new(vec![NodeSelectorTerm {
-            match_expressions: Some(vec![NodeSelectorRequirement {
-                key: OBSOLETE_HOST_MODEL.to_owned(),
-                operator: "DoesNotExist".to_owned(),
-                values: None,
-            }]),
-            match_fields: None,
-        }])),
+        tolerations: Arc::clone(&parts.tolerations),
+        node_selector: Arc::clone(&parts.node_selector),
+        required_terms: Some(Arc::clone(&parts.required_terms)),
         pod_affinity: None,
         pod_anti_affinity: None,
         node_name: None,

@@ -22,8 +22,8 @@ pub struct Record<'a> {
     pub object: &'a dyn std::fmt::Display,
     pub what: &'a str,
     /// Ordered key/value pairs (a Vec, not a map, so their order is the writer's and stable).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub fields: Vec<(&'a str, String)>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub fields: &'a [(&'a str, &'a str)],
 }
 
 fn displayed<S: serde::Serializer>(value: &&dyn std::fmt::Display, serializer: S) -> Result<S::Ok, S::Error> {
@@ -201,7 +201,7 @@ mod tests {
             actor: "scheduler",
             object: &"Pod tenant-a/virt-launcher-vm-1-abcde",
             what,
-            fields: vec![("node", "gpu-1".to_owned())],
+            fields: &[("node", "gpu-1")],
         }
     }
 
@@ -244,8 +244,8 @@ mod tests {
             what in "[A-Za-z\"\\\\]{0,10}",
             fields in proptest::collection::vec(("[a-z]{1,8}", "\\PC{0,16}|[\\u{0}-\\u{1f}\"]{1,4}"), 0..4),
         ) {
-            let fields: Vec<(&str, String)> = fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-            let record = Record { t_ms: Millis(t), actor: &actor, object: &object, what: &what, fields };
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let record = Record { t_ms: Millis(t), actor: &actor, object: &object, what: &what, fields: &fields };
             let mut expected = serde_json::to_vec(&record).unwrap();
             expected.push(b'\n');
             let (mut line, mut scratch) = (Vec::new(), String::new());

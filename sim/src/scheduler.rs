@@ -101,6 +101,60 @@ impl Requested {
 }
 
 /// One extended resource a pod requests: its number (none if no node or pod has named it yet), name and units.
+/// What each node's bound pods request, kept where a search reads it by the node's position in the list it
+/// walks: a search filters hundreds of nodes, and looking each one's requests up by name was a hashed string
+/// lookup per node. Each node name has a slot that never moves; the position → slot table is taken again when the
+/// node list changes (the same signal the cached verdicts use).
+#[derive(Clone, Debug, Default)]
+pub struct NodeRequests {
+    slots: Vec<Requested>,
+    by_name: std::collections::HashMap<String, usize, foldhash::fast::FixedState>,
+    /// Position in the node list → slot, for the list as of `synced`.
+    at: Vec<usize>,
+    synced: Option<(u64, usize)>,
+}
+
+impl NodeRequests {
+    /// What the pods bound to `node` request, if any were counted there.
+    pub fn get(&self, node: &str) -> Option<&Requested> {
+        self.by_name.get(node).map(|&slot| &self.slots[slot])
+    }
+
+    pub fn get_mut(&mut self, node: &str) -> Option<&mut Requested> {
+        self.by_name.get(node).map(|&slot| &mut self.slots[slot])
+    }
+
+    /// The requests of `node`, counted from zero when first seen.
+    pub fn entry(&mut self, node: &str) -> &mut Requested {
+        let slot = self.slot(node);
+        &mut self.slots[slot]
+    }
+
+    fn slot(&mut self, node: &str) -> usize {
+        if let Some(&slot) = self.by_name.get(node) {
+            return slot;
+        }
+        self.slots.push(Requested::default());
+        self.by_name.insert(node.to_owned(), self.slots.len() - 1);
+        self.slots.len() - 1
+    }
+
+    /// Takes the position table again if the node list changed since (`nodes_written` moved or its length did).
+    pub fn sync(&mut self, nodes: &[&Node], nodes_written: u64) {
+        if self.synced == Some((nodes_written, nodes.len())) {
+            return;
+        }
+        let at: Vec<usize> = nodes.iter().map(|node| self.slot(&node.name)).collect();
+        self.at = at;
+        self.synced = Some((nodes_written, nodes.len()));
+    }
+
+    /// What the pods bound to the node at `position` of the list last synced request.
+    pub fn at(&self, position: usize) -> &Requested {
+        &self.slots[self.at[position]]
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Want<'a> {
     id: Option<usize>,
@@ -277,9 +331,15 @@ impl Shape {
     }
 
     fn is_of(&self, pod: &Pod) -> bool {
-        *self.node_selector == *pod.node_selector
-            && self.required_terms.as_deref() == pod.required_terms.as_deref()
-            && *self.tolerations == *pod.tolerations
+        use std::sync::Arc;
+        // Launchers share these with each other (see `LauncherParts`): the same allocation is the same value.
+        let terms = match (&self.required_terms, &pod.required_terms) {
+            (Some(mine), Some(its)) => Arc::ptr_eq(mine, its) || mine == its,
+            (mine, its) => mine.is_none() && its.is_none(),
+        };
+        (Arc::ptr_eq(&self.node_selector, &pod.node_selector) || self.node_selector == pod.node_selector)
+            && terms
+            && (Arc::ptr_eq(&self.tolerations, &pod.tolerations) || self.tolerations == pod.tolerations)
     }
 }
 
@@ -368,7 +428,7 @@ impl Sweep {
 pub fn schedule<'n>(
     pod: &Pod,
     nodes: &[&'n Node],
-    requested_on: impl Fn(&str) -> &'n Requested,
+    requested_on: impl Fn(usize, &str) -> &'n Requested,
     start: usize,
     placed: impl Fn(&str) -> Option<Misfit<'static>>,
     verdicts: (&mut NodeVerdicts, u64),
@@ -400,7 +460,7 @@ pub fn schedule<'n>(
         let verdict = match verdicts[i].misfit(node) {
             Some(misfit) => Err(misfit),
             None => {
-                let requested = requested_on(&node.name);
+                let requested = requested_on(i, &node.name);
                 let allocatable = |want: &Want| want.id.and_then(|id| allocatable[i].get(id)).copied().unwrap_or(0);
                 let placed = placed(&node.name);
                 fits_resources(pod, wants.iter().copied(), allocatable, node, requested, placed).map(|()| requested)
@@ -509,7 +569,8 @@ mod tests {
         rng: &mut ChaCha8Rng,
     ) -> (Result<&'n str, Unschedulable>, Sweep) {
         let nodes: Vec<&Node> = pairs.iter().map(|(node, _)| *node).collect();
-        let requested = |name: &str| pairs.iter().find(|(node, _)| node.name == name).expect("a listed node").1;
+        let requested =
+            |_: usize, name: &str| pairs.iter().find(|(node, _)| node.name == name).expect("a listed node").1;
         schedule(pod, &nodes, requested, start, placed, verdicts, rng)
     }
 
@@ -592,6 +653,32 @@ mod tests {
         let pairs: Vec<_> = nodes.iter().zip([&seven, &six]).collect();
         let (verdict, _) = search(&launcher(3), &pairs, 0, |_| None, (&mut cache, 0), &mut rng);
         assert_eq!(verdict, Ok("gpu-2"), "the units went with the pod");
+    }
+
+    #[test]
+    fn requests_are_read_by_position_through_node_list_changes() {
+        let [a, b, c] = ["gpu-a", "gpu-b", "gpu-c"].map(|name| gpu_node(name, H100, 8));
+        let mut resources = Resources::default();
+        let h100 = Some(resources.id(H100));
+        let mut requests = NodeRequests::default();
+        // Counted before any search saw the node.
+        requests.entry("gpu-b").add(&launcher(2), &mut resources);
+        let units = |requests: &NodeRequests, position| requests.at(position).units(h100);
+        requests.sync(&[&a, &b], 0);
+        assert_eq!((units(&requests, 0), units(&requests, 1)), (0, 2));
+        // Counted while the list stands: read at once.
+        requests.entry("gpu-a").add(&launcher(1), &mut resources);
+        assert_eq!(units(&requests, 0), 1);
+        // A node added in between moves positions; the counts stay with their nodes.
+        requests.sync(&[&a, &c, &b], 1);
+        assert_eq!([0, 1, 2].map(|position| units(&requests, position)), [1, 0, 2]);
+        requests.entry("gpu-c").add(&launcher(3), &mut resources);
+        requests.get_mut("gpu-b").expect("counted").remove(&launcher(2), &resources);
+        assert_eq!([0, 1, 2].map(|position| units(&requests, position)), [1, 3, 0]);
+        // A node gone keeps its count (its pods are still bound until they are deleted).
+        requests.sync(&[&a, &b], 2);
+        assert_eq!((units(&requests, 0), units(&requests, 1)), (1, 0));
+        assert_eq!(requests.get("gpu-c").map(|r| r.units(h100)), Some(3));
     }
 
     #[test]

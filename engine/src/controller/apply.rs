@@ -80,7 +80,8 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
             let mut usage = usage.clone();
             usage.resource_version = "1".to_owned();
             if usage.claim_uid.is_empty() {
-                usage.claim_uid = view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.clone()).unwrap_or_default();
+                usage.claim_uid =
+                    view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.as_str()).unwrap_or_default().into();
             }
             view.upsert_usage(usage);
         }

@@ -131,15 +131,15 @@ impl<'v> Pass<'v> {
         vmi: &VmiRef,
         node: &str,
     ) {
-        let resource_name = self.view.class(class).map(|c| c.resource_name.clone()).unwrap_or_default();
+        let resource_name = self.view.class(class).map(|c| c.resource_name.as_str()).unwrap_or_default().into();
         self.actions.push(Action::OpenUsage {
             usage: Usage {
                 namespace: namespace.into(),
                 name: usage_name(claim, &vmi.uid, node, self.now.as_millisecond()).into(),
                 resource_version: String::new(),
                 claim: claim.into(),
-                claim_uid: claim_uid.to_owned(),
-                class: class.to_owned(),
+                claim_uid: claim_uid.into(),
+                class: class.into(),
                 resource_name,
                 count,
                 vmi: vmi.clone(),

@@ -63,10 +63,11 @@ pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
             .owner_references()
             .iter()
             .find(|o| o.kind == keys::KIND_CLAIM)
-            .map(|o| o.uid.clone())
-            .unwrap_or_default(),
-        class: spec.class_name.clone(),
-        resource_name: spec.resource_name.clone(),
+            .map(|o| o.uid.as_str())
+            .unwrap_or_default()
+            .into(),
+        class: spec.class_name.as_str().into(),
+        resource_name: spec.resource_name.as_str().into(),
         count: spec.count,
         vmi: spec.vmi.clone(),
         node: spec.node.clone().into(),

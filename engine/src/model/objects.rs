@@ -200,9 +200,10 @@ pub struct Usage {
     pub name: Name,
     pub resource_version: String,
     pub claim: Name,
-    pub claim_uid: String,
-    pub class: String,
-    pub resource_name: String,
+    // Shared like the names: a usage record is copied for every watch event and write-through.
+    pub claim_uid: Name,
+    pub class: Name,
+    pub resource_name: Name,
     pub count: u32,
     pub vmi: VmiRef,
     pub node: Name,

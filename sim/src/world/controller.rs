@@ -56,7 +56,7 @@ impl World {
                 let (kind, object) = target(action);
                 Err(ApiError::Conflict { kind, name: object.name.to_string() })
             } else {
-                self.api.write(action, now, &self.controller.user.clone())
+                self.api.write(action, now, &self.controller.user)
             };
             match written {
                 Ok(changes) => {
@@ -117,7 +117,7 @@ impl World {
                     self.controller.refresh(change);
                 }
                 if self.controller.cache().node_standing(node) != before {
-                    let fields = vec![("objects", taken.to_string())];
+                    let fields: &[(&str, &str)] = &[("objects", &taken.to_string())];
                     self.record("gpu-controller", &format_args!("Node {node}"), "CacheRefreshed", fields)?;
                     refreshed += 1;
                 }
@@ -171,7 +171,7 @@ impl World {
                     "gpu-controller",
                     &Named("GPUClaim", &claim.namespace, &claim.name),
                     what,
-                    vec![("node", node.to_string())],
+                    &[("node", &node)],
                 )
             }
             Action::PinAndUngate { pod, node, .. } => {
@@ -183,36 +183,33 @@ impl World {
                     "gpu-controller",
                     &Named("Pod", &pod.namespace, &pod.name),
                     "PinnedAndUngated",
-                    vec![("node", node.clone())],
+                    &[("node", node)],
                 )?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
             Action::Ungate { pod, .. } => {
-                self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Ungated", vec![])?;
+                self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Ungated", &[])?;
                 let event = Event::Schedule { namespace: pod.namespace.clone(), pod: pod.name.clone() };
                 self.schedule_at(self.now(), event)
             }
-            Action::Pin { pod, node, .. } => self.record(
-                "gpu-controller",
-                &Named("Pod", &pod.namespace, &pod.name),
-                "Pinned",
-                vec![("node", node.clone())],
-            ),
+            Action::Pin { pod, node, .. } => {
+                self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Pinned", &[("node", node)])
+            }
             Action::SetPodWaiting { pod, waiting, .. } => {
-                self.metrics.count(&format!("{}{}", crate::metrics::WAITING_PREFIX, waiting.reason));
-                let fields = vec![("reason", waiting.reason.clone())];
+                self.metrics.count(&[crate::metrics::WAITING_PREFIX, &waiting.reason].concat());
+                let fields: &[(&str, &str)] = &[("reason", &waiting.reason)];
                 self.record("gpu-controller", &Named("Pod", &pod.namespace, &pod.name), "Waiting", fields)
             }
             Action::OpenUsage { usage } => {
                 let object = Named("GPUUsage", &usage.namespace, &usage.name);
-                self.record("gpu-controller", &object, "Opened", vec![("node", usage.node.to_string())])
+                self.record("gpu-controller", &object, "Opened", &[("node", &usage.node)])
             }
             Action::CloseUsage { usage, .. } => {
-                self.record("gpu-controller", &Named("GPUUsage", &usage.namespace, &usage.name), "Closed", vec![])
+                self.record("gpu-controller", &Named("GPUUsage", &usage.namespace, &usage.name), "Closed", &[])
             }
             Action::PublishClass { class, published, .. } => {
-                let fields = vec![("free", published.free_units.to_string())];
+                let fields: &[(&str, &str)] = &[("free", &published.free_units.to_string())];
                 self.record("gpu-controller", &format_args!("GPUClass {class}"), "Published", fields)
             }
             Action::Event { .. } => Ok(()),

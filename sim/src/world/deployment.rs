@@ -114,7 +114,7 @@ impl World {
         let ready = self.deployment.ready();
         if ready != self.api.admission.ready_replicas {
             self.api.admission.ready_replicas = ready;
-            self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", vec![("ready", ready.to_string())])?;
+            self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", &[("ready", &ready.to_string())])?;
         }
         Ok(())
     }
@@ -128,7 +128,7 @@ impl World {
         }
         let (name, started) = (replica.name.clone(), replica.started);
         self.deployment.replicas[index].state = ReplicaState::Down;
-        self.record("gpu-controller", &format_args!("Pod {name}"), "Down", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Down", &[])?;
         if self.deployment.leader == Some(index) {
             // Its last renewal: the latest tick of its retry grid.
             let since = self.now().0.saturating_sub(started.0);
@@ -158,7 +158,7 @@ impl World {
             replica.node = node;
         }
         let name = replica.name.clone();
-        self.record("gpu-controller", &format_args!("Pod {name}"), "Started", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Started", &[])?;
         let at = now + self.deployment.spec.cache_sync;
         self.schedule_at(at, Event::ReplicaSynced { index })
     }
@@ -170,7 +170,7 @@ impl World {
         }
         replica.state = ReplicaState::Ready;
         let name = replica.name.clone();
-        self.record("gpu-controller", &format_args!("Pod {name}"), "Ready", vec![])?;
+        self.record("gpu-controller", &format_args!("Pod {name}"), "Ready", &[])?;
         self.publish_endpoints()?;
         self.schedule_takeovers()
     }
@@ -210,7 +210,7 @@ impl World {
         self.deployment.lease_renewed = self.now();
         self.deployment.elections += 1;
         let name = self.deployment.replicas[index].name.clone();
-        self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", vec![("holder", name)])?;
+        self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", &[("holder", &name)])?;
         let (user, variant) = (self.controller.user.clone(), self.controller.variant);
         // The new leader runs the same engine: a counterfactual must not turn back into the shipped rules at the
         // first failover.
@@ -239,7 +239,7 @@ impl World {
                 self.schedule_at(self.now() + EVICTION_RETRY, Event::EvictReplicas { node })?;
                 continue;
             }
-            self.record("operator", &format_args!("Pod {name}"), "Evicted", vec![])?;
+            self.record("operator", &format_args!("Pod {name}"), "Evicted", &[])?;
             self.replica_down(index, false)?;
             // The Deployment's new pod: scheduled on another schedulable node, started by its kubelet.
             let target = self.replacement_node(node).unwrap_or_default();

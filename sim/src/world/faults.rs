@@ -119,7 +119,7 @@ impl World {
         *allocatable = allocatable.saturating_sub(units);
         let left = *allocatable;
         self.api.put_node(node);
-        let fields = vec![("resource", resource.to_owned()), ("allocatable", left.to_string())];
+        let fields: &[(&str, &str)] = &[("resource", resource), ("allocatable", &left.to_string())];
         self.record("device-plugin", &format_args!("Node {name}"), "DeviceUnhealthy", fields)
     }
 }

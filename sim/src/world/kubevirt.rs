@@ -61,7 +61,8 @@ impl World {
         let vm = self.vms.get(namespace, name).expect("read above");
         if let Some(failure) = vm.start_failure.as_ref().filter(|failure| failure.retry_after > self.now()) {
             let (retry_after, consecutive) = (failure.retry_after, failure.consecutive);
-            let fields = vec![("failures", consecutive.to_string()), ("retry_at_ms", retry_after.0.to_string())];
+            let fields: &[(&str, &str)] =
+                &[("failures", &consecutive.to_string()), ("retry_at_ms", &retry_after.0.to_string())];
             self.record("vm-controller", &Named("VirtualMachine", namespace, name), "CrashLoopBackOff", fields)?;
             let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
             return self.schedule_at(retry_after, event);
@@ -94,7 +95,7 @@ impl World {
                     self.vm_retries.forget(&item());
                 }
                 self.vms.get_mut(namespace, name).expect("read above").vmi_ran = false;
-                self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", vec![])?;
+                self.record("vm-controller", &Named("VirtualMachineInstance", namespace, name), "Created", &[])?;
                 let event = Event::CreateLauncher { namespace: namespace.into(), vmi: name.into() };
                 self.schedule_at(self.now(), event)
             }
@@ -116,7 +117,8 @@ impl World {
         }
         let Some(vm) = self.vms.get(namespace, vmi_name) else { return Ok(()) };
         let name = launcher_name(vmi_name, self.kernel.handled());
-        let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
+        let mut pod =
+            render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time(), &self.launcher_parts);
         // A WaitForFirstConsumer volume not bound yet: first the temporary pod (same labels and requests), whose
         // node the volume binds to.
         let binder = vm.spec.wffc_volume && vm.volume_node.is_none();
@@ -137,7 +139,7 @@ impl World {
                     "vmi-controller",
                     &object,
                     "Created",
-                    vec![("gated", gated.to_string()), ("role", role.into())],
+                    &[("gated", if gated { "true" } else { "false" }), ("role", role)],
                 )?;
                 if !binder {
                     self.api
@@ -162,10 +164,10 @@ impl World {
         if let Some(vm) = self.vms.get_mut(namespace, vmi) {
             vm.volume_node = Some(node.to_owned());
         }
-        self.record("cdi", &Named("DataVolume", namespace, vmi), "Bound", vec![("node", node.to_owned())])?;
+        self.record("cdi", &Named("DataVolume", namespace, vmi), "Bound", &[("node", node)])?;
         self.scheduler_forget(namespace, pod);
         if self.api.delete_pod(namespace, pod).is_ok() {
-            self.record("vmi-controller", &Named("Pod", namespace, pod), "Deleted", vec![])?;
+            self.record("vmi-controller", &Named("Pod", namespace, pod), "Deleted", &[])?;
         }
         self.scheduler_cluster_changed()?;
         self.schedule_at(self.now(), Event::CreateLauncher { namespace: namespace.into(), vmi: vmi.into() })
@@ -180,7 +182,7 @@ impl World {
         let node = vmi.node_name.clone().unwrap_or_default();
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
         let object = Named("VirtualMachineInstance", namespace, name);
-        self.record("virt-handler", &object, "Running", vec![("node", node.to_string())])?;
+        self.record("virt-handler", &object, "Running", &[("node", &node)])?;
         self.stats.vm_starts += 1;
         let mut units: BTreeMap<String, i64> = BTreeMap::new();
         for gpu in self.api.store().vmi(namespace, name).expect("updated above").gpus.iter() {
@@ -222,7 +224,7 @@ impl World {
         }
         self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
         self.run_ended(namespace, name);
-        self.record("virt-handler", &Named("VirtualMachineInstance", namespace, name), "Succeeded", vec![])?;
+        self.record("virt-handler", &Named("VirtualMachineInstance", namespace, name), "Succeeded", &[])?;
         let pods: Vec<Name> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
         for pod in pods {
             self.pod_ended(namespace, &pod, PodPhase::Succeeded)?;
@@ -261,7 +263,7 @@ impl World {
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
         {
-            self.record("tenant", &Named("GPUClaim", namespace, &claim), "Deleted", vec![])?;
+            self.record("tenant", &Named("GPUClaim", namespace, &claim), "Deleted", &[])?;
         }
         Ok(())
     }
@@ -275,7 +277,7 @@ impl World {
         if self.api.delete_vmi(namespace, name).is_err() {
             return Ok(());
         }
-        self.record("vmi-controller", &Named("VirtualMachineInstance", namespace, name), "Deleted", vec![])?;
+        self.record("vmi-controller", &Named("VirtualMachineInstance", namespace, name), "Deleted", &[])?;
         self.scheduler_cluster_changed()
     }
 
@@ -285,7 +287,7 @@ impl World {
         for pod in pods {
             self.scheduler_forget(namespace, &pod);
             if self.api.delete_pod(namespace, &pod).is_ok() {
-                self.record("operator", &Named("Pod", namespace, &pod), "Deleted", vec![])?;
+                self.record("operator", &Named("Pod", namespace, &pod), "Deleted", &[])?;
             }
         }
         self.scheduler_cluster_changed()?;
@@ -307,7 +309,7 @@ impl World {
             vm.start_requested = self.kernel.now();
         }
         let object = Named("VirtualMachineInstance", namespace, vmi);
-        self.record("vmi-controller", &object, "Failed", vec![("reason", "PodNotExist".to_owned()), ("was", was)])?;
+        self.record("vmi-controller", &object, "Failed", &[("reason", "PodNotExist"), ("was", &was)])?;
         self.schedule_at(self.now(), Event::SyncVm { namespace: namespace.into(), vm: vmi.into() })
     }
 }

@@ -118,12 +118,7 @@ impl World {
         };
         self.migrations.insert(uid.clone(), migration);
         let kind = if evacuation { "evacuation" } else { "user" };
-        self.record(
-            "migration-controller",
-            &format!("Migration {uid}"),
-            "Created",
-            vec![("vmi", object), ("by", kind.into())],
-        )?;
+        self.record("migration-controller", &format!("Migration {uid}"), "Created", &[("vmi", &object), ("by", kind)])?;
         self.sync_migrations()
     }
 
@@ -150,7 +145,8 @@ impl World {
         };
         let Some(vm) = self.vms.get(&migration.namespace, &migration.vmi) else { return Ok(()) };
         let name = format!("virt-launcher-{}-{:05}", migration.vmi, self.kernel.handled() % 100_000);
-        let mut pod = render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time());
+        let mut pod =
+            render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time(), &self.launcher_parts);
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
         let object = Named("Pod", &migration.namespace, &name);
@@ -161,7 +157,7 @@ impl World {
                 entry.target_pod = Some(name.clone());
                 entry.target_created = now;
                 entry.phase = Phase::Scheduling;
-                self.record("migration-controller", &object, "TargetCreated", vec![("migration", uid.to_owned())])?;
+                self.record("migration-controller", &object, "TargetCreated", &[("migration", uid)])?;
                 for after in [UNSCHEDULABLE_TIMEOUT_SECONDS, PENDING_TIMEOUT_SECONDS] {
                     let at = self.now() + Millis::seconds(after);
                     self.schedule_at(at, Event::MigrationTimeout { uid: uid.to_owned() })?;
@@ -203,7 +199,7 @@ impl World {
                 "migration-controller",
                 &format!("Pod {namespace}/{target}"),
                 "Deleted",
-                vec![("message", message.clone())],
+                &[("message", &message)],
             )?;
         }
         self.scheduler_cluster_changed()?;
@@ -258,12 +254,7 @@ impl World {
         if phase == Phase::Failed {
             self.metrics.count(crate::metrics::MIGRATION_FAILED);
         }
-        self.record(
-            "migration-controller",
-            &format_args!("Migration {uid}"),
-            what,
-            vec![("message", message.to_owned())],
-        )?;
+        self.record("migration-controller", &format_args!("Migration {uid}"), what, &[("message", message)])?;
         if evacuation && let Some(drain) = self.drains.get_mut(&source) {
             if phase == Phase::Succeeded {
                 drain.failures = 0;
@@ -303,7 +294,7 @@ impl World {
             .collect();
         if on_node.is_empty() {
             self.drains.remove(node);
-            return self.record("operator", &format_args!("Node {node}"), "Drained", vec![]);
+            return self.record("operator", &format_args!("Node {node}"), "Drained", &[]);
         }
         for (namespace, vmi, migratable) in on_node {
             if migratable {

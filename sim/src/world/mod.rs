@@ -27,7 +27,6 @@ use crate::kernel::{Kernel, KernelError, Millis, RunError};
 use crate::kubevirt::start::RateLimiter;
 use crate::log::{EventLog, LogError, Record};
 use crate::rng::Streams;
-use crate::scheduler::Requested;
 use crate::scheduling_queue::SchedulingQueue;
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
@@ -267,8 +266,9 @@ pub struct World {
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
     /// The scheduler's own count of what the pods bound to each node request.
-    /// What the pods bound to each node request (looked up by node only: hashed with a fixed seed).
-    requested: std::collections::HashMap<String, Requested, foldhash::fast::FixedState>,
+    requested: crate::scheduler::NodeRequests,
+    /// What every launcher this world renders shares.
+    launcher_parts: crate::launcher::LauncherParts,
     /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
     next_start_node: usize,
     /// The scheduler's per-node verdicts of the filters that read only pod specs and nodes (see `NodeVerdicts`).
@@ -313,6 +313,7 @@ impl World {
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
             requested: Default::default(),
+            launcher_parts: Default::default(),
             next_start_node: 0,
             node_verdicts: Default::default(),
             silent_nodes: BTreeMap::new(),
@@ -411,7 +412,7 @@ impl World {
         actor: &str,
         object: &dyn std::fmt::Display,
         what: &str,
-        fields: Vec<(&str, String)>,
+        fields: &[(&str, &str)],
     ) -> Result<(), WorldError> {
         let record = Record { t_ms: self.kernel.now(), actor, object, what, fields };
         Ok(self.log.record(&record)?)
@@ -427,7 +428,7 @@ impl World {
         message: String,
     ) -> Result<(), WorldError> {
         *self.stats.refusals.entry(format!("{what}:{reason}")).or_insert(0) += 1;
-        self.record(actor, object, what, vec![("reason", reason.to_owned()), ("message", message)])
+        self.record(actor, object, what, &[("reason", reason), ("message", &message)])
     }
 
     fn step(&mut self, _at: Millis, event: Event) -> Result<(), WorldError> {
@@ -477,7 +478,7 @@ impl World {
 
     fn set_webhook_replicas(&mut self, replicas: u32) -> Result<(), WorldError> {
         self.api.admission.ready_replicas = replicas;
-        self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", vec![("ready", replicas.to_string())])
+        self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", &[("ready", &replicas.to_string())])
     }
 
     /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).

@@ -30,7 +30,7 @@ impl World {
         }
         let since = self.now();
         self.silent_nodes.insert(name.to_owned(), since);
-        self.record("kubelet", &format_args!("Node {name}"), "HeartbeatLost", vec![])?;
+        self.record("kubelet", &format_args!("Node {name}"), "HeartbeatLost", &[])?;
         self.replicas_lost_with(name)?;
         let event = Event::NodeNotReady { node: name.to_owned(), since };
         self.schedule_at(since + NODE_MONITOR_GRACE_PERIOD, event)
@@ -47,7 +47,7 @@ impl World {
         node.taints.push(unreachable_taint("NoSchedule"));
         node.taints.push(unreachable_taint("NoExecute"));
         self.api.put_node(node);
-        self.record("node-lifecycle", &format_args!("Node {name}"), "NotReady", vec![])?;
+        self.record("node-lifecycle", &format_args!("Node {name}"), "NotReady", &[])?;
         let event = Event::EvictUnreachable { node: name.to_owned(), since };
         self.schedule_at(self.now() + DEFAULT_TOLERATION_SECONDS, event)
     }
@@ -69,7 +69,7 @@ impl World {
         for (namespace, pod, vmi) in evicted {
             self.scheduler_forget(&namespace, &pod);
             if self.api.delete_pod(&namespace, &pod).is_ok() {
-                self.record("taint-manager", &Named("Pod", &namespace, &pod), "Evicted", vec![])?;
+                self.record("taint-manager", &Named("Pod", &namespace, &pod), "Evicted", &[])?;
             }
             if let Some(vmi) = vmi {
                 vmis.insert((namespace, vmi));
@@ -92,7 +92,7 @@ impl World {
         node.ready = true;
         node.taints.retain(|taint| taint.key != TAINT_UNREACHABLE);
         self.api.put_node(node);
-        self.record("kubelet", &format_args!("Node {name}"), "Ready", vec![])?;
+        self.record("kubelet", &format_args!("Node {name}"), "Ready", &[])?;
         self.scheduler_cluster_changed()
     }
 }

@@ -21,7 +21,7 @@ impl World {
         }
         let object = Named("Pod", namespace, name);
         if !pod.scheduling_gates.is_empty() {
-            return self.record("scheduler", &object, "SchedulingGated", vec![]);
+            return self.record("scheduler", &object, "SchedulingGated", &[]);
         }
         let empty = Requested::default();
         let store = self.api.store();
@@ -48,8 +48,9 @@ impl World {
             }
             None => {
                 let nodes: Vec<&Node> = store.nodes().collect();
+                self.requested.sync(&nodes, self.api.nodes_written());
                 let requested = &self.requested;
-                let requested_on = |node: &str| requested.get(node).unwrap_or(&empty);
+                let requested_on = |position: usize, _: &str| requested.at(position);
                 let rng = self.streams.of("scheduler");
                 let verdicts = (&mut self.node_verdicts, self.api.nodes_written());
                 let (verdict, sweep) = schedule(pod, &nodes, requested_on, self.next_start_node, placed, verdicts, rng);
@@ -60,7 +61,7 @@ impl World {
         match verdict {
             Ok(node) => {
                 let resources = self.node_verdicts.resources_mut();
-                self.requested.entry(node.clone()).or_default().add(pod, resources);
+                self.requested.entry(&node).add(pod, resources);
                 self.api
                     .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.as_str().into()))
                     .expect("read above");
@@ -68,13 +69,13 @@ impl World {
                 if let Some(uid) = migration_of(self.api.store(), namespace, name) {
                     self.migration_target_bound(&uid);
                 }
-                self.record("scheduler", &object, "Bound", vec![("node", node)])?;
+                self.record("scheduler", &object, "Bound", &[("node", &node)])?;
                 let delay = self.pod_start_delay();
                 let event = Event::PodStarted { namespace: namespace.into(), pod: name.into() };
                 self.schedule_at(self.now() + delay, event)
             }
             Err(unschedulable) => {
-                self.record("scheduler", &object, "Unschedulable", vec![("message", unschedulable.message)])?;
+                self.record("scheduler", &object, "Unschedulable", &[("message", &unschedulable.message)])?;
                 match self.scheduling_queue.park(namespace, name, self.now()) {
                     Some(flush) => self.schedule_at(flush, Event::SchedulerFlush),
                     None => Ok(()),
@@ -128,7 +129,7 @@ impl World {
         let node = pod.node_name.clone().unwrap_or_default();
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
-        self.record("kubelet", &Named("Pod", namespace, name), "Running", vec![("node", node.to_string())])?;
+        self.record("kubelet", &Named("Pod", namespace, name), "Running", &[("node", &node)])?;
         if let Some(uid) = migration_of(self.api.store(), namespace, name) {
             return self.migration_target_running(&uid);
         }
@@ -158,7 +159,7 @@ impl World {
         for node in nodes {
             let name = node.name.clone();
             self.api.put_node(node);
-            self.record("kubelet", &format_args!("Node {name}"), "Registered", vec![])?;
+            self.record("kubelet", &format_args!("Node {name}"), "Registered", &[])?;
         }
         self.scheduler_cluster_changed()
     }
@@ -169,7 +170,7 @@ impl World {
         node.unschedulable = cordoned;
         self.api.put_node(node);
         let what = if cordoned { "Cordoned" } else { "Uncordoned" };
-        self.record("operator", &format_args!("Node {name}"), what, vec![])?;
+        self.record("operator", &format_args!("Node {name}"), what, &[])?;
         self.scheduler_cluster_changed()
     }
 }

@@ -75,7 +75,7 @@ impl World {
         match self.api.create_claim(claim, &tenant_user(&vm.namespace)) {
             Ok(_) => {
                 self.metrics.count(crate::metrics::ORDER_ACCEPTED);
-                self.record("tenant", &object, "Ordered", vec![])?;
+                self.record("tenant", &object, "Ordered", &[])?;
                 vm.gpus = vec![GpuEntry::Claim(vm.name.clone())];
                 let claim = vm.name.clone();
                 self.create_vm(vm, Some(claim))
