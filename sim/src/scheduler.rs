@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use gpuclaim_engine::model::{Node, Pod};
 use gpuclaim_engine::scheduling::{matches_node_selector, matches_required_terms, untolerated_taint};
@@ -100,7 +101,6 @@ impl Requested {
     }
 }
 
-/// One extended resource a pod requests: its number (none if no node or pod has named it yet), name and units.
 /// What each node's bound pods request, kept where a search reads it by the node's position in the list it
 /// walks: a search filters hundreds of nodes, and looking each one's requests up by name was a hashed string
 /// lookup per node. Each node name has a slot that never moves; the position → slot table is taken again when the
@@ -155,6 +155,7 @@ impl NodeRequests {
     }
 }
 
+/// One extended resource a pod requests: its number (none if no node or pod has named it yet), name and units.
 #[derive(Clone, Copy, Debug)]
 struct Want<'a> {
     id: Option<usize>,
@@ -316,9 +317,9 @@ pub struct NodeVerdicts {
 /// The pod fields [`node_verdict`] reads.
 #[derive(Debug, PartialEq)]
 struct Shape {
-    node_selector: std::sync::Arc<BTreeMap<String, String>>,
-    required_terms: Option<std::sync::Arc<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>>,
-    tolerations: std::sync::Arc<Vec<k8s_openapi::api::core::v1::Toleration>>,
+    node_selector: Arc<BTreeMap<String, String>>,
+    required_terms: Option<Arc<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>>,
+    tolerations: Arc<Vec<k8s_openapi::api::core::v1::Toleration>>,
 }
 
 impl Shape {
@@ -331,15 +332,17 @@ impl Shape {
     }
 
     fn is_of(&self, pod: &Pod) -> bool {
-        use std::sync::Arc;
-        // Launchers share these with each other (see `LauncherParts`): the same allocation is the same value.
+        // Launchers share these with each other (see `LauncherParts`): the same allocation is the same value. (`Arc`'s
+        // own equality looks at the address first only for `Eq` contents; the Kubernetes types are `PartialEq`.)
+        fn same<T: PartialEq + ?Sized>(mine: &Arc<T>, its: &Arc<T>) -> bool {
+            Arc::ptr_eq(mine, its) || mine == its
+        }
         let terms = match (&self.required_terms, &pod.required_terms) {
-            (Some(mine), Some(its)) => Arc::ptr_eq(mine, its) || mine == its,
-            (mine, its) => mine.is_none() && its.is_none(),
+            (Some(mine), Some(its)) => same(mine, its),
+            (None, None) => true,
+            _ => false,
         };
-        (Arc::ptr_eq(&self.node_selector, &pod.node_selector) || self.node_selector == pod.node_selector)
-            && terms
-            && (Arc::ptr_eq(&self.tolerations, &pod.tolerations) || self.tolerations == pod.tolerations)
+        same(&self.node_selector, &pod.node_selector) && terms && same(&self.tolerations, &pod.tolerations)
     }
 }
 

@@ -316,15 +316,9 @@ impl World {
 
 /// `virt-launcher-<vmi>-<five digits>`: KubeVirt's generated suffix, here the kernel's event count (deterministic).
 fn launcher_name(vmi: &str, handled: u64) -> String {
-    let digits = handled % 100_000;
-    let mut suffix = [b'0'; 5];
-    let mut rest = digits;
-    for slot in suffix.iter_mut().rev() {
-        *slot = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
-    let suffix = std::str::from_utf8(&suffix).expect("ASCII digits");
-    ["virt-launcher-", vmi, "-", suffix].concat()
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(handled % 100_000);
+    ["virt-launcher-", vmi, "-", &"00000"[digits.len()..], digits].concat()
 }
 
 #[cfg(test)]
