@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn the_role_walk_agrees_with_the_rules_for_every_label_combination() {
-        // Each of the five inputs absent, set to the value that matters, or set to another value.
+        // Each of the four inputs absent, set to the value that matters, or set to another value: 81 pods.
         let values = |wanted: &'static str| [None, Some(wanted), Some("other")];
         let mut seen = std::collections::BTreeSet::new();
         for claims in values(keys::TRUE) {
