@@ -1,6 +1,6 @@
 //! Usage records follow attachments: one open record per claim attached to a run on a node; closed when that ends.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::actions::{Action, ObjectRef};
 use super::names::usage_name;
@@ -152,6 +152,6 @@ impl<'v> Pass<'v> {
 }
 
 /// The stored usage records of `namespace` among `names`.
-fn named<'v>(view: &'v View, namespace: &'v str, names: &'v BTreeSet<Name>) -> impl Iterator<Item = &'v Usage> {
+fn named<'v>(view: &'v View, namespace: &'v str, names: &'v [Name]) -> impl Iterator<Item = &'v Usage> {
     names.iter().filter_map(move |name| view.usage(namespace, name))
 }

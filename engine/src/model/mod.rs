@@ -50,8 +50,10 @@ pub struct View {
     pending_held: BTreeSet<(Name, Name)>,
     /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
     usages_by_claim: Nested<Vec<Name>>,
-    /// namespace → claim → names of its open usage records.
-    open_usages: BTreeMap<Name, BTreeMap<Name, BTreeSet<Name>>>,
+    /// namespace → claim → names of its open usage records (one, or two while a migration moves it). Hashed (see
+    /// [`Nested`]): looked up for every claim a pass visits and on every record write; only a full pass lists it,
+    /// sorted then.
+    open_usages: Nested<Vec<Name>>,
     capacity: Capacity,
     /// namespace → VMI → node → resource → units of the claims attached to that VMI on that node: what the VMI's
     /// pods there take through claims rather than on their own.
@@ -573,8 +575,7 @@ impl View {
     pub fn upsert_usage(&mut self, usage: Usage) {
         self.remove_usage(&usage.namespace, &usage.name);
         if usage.end.is_none() {
-            let claims = self.open_usages.entry(usage.namespace.clone()).or_default();
-            claims.entry(usage.claim.clone()).or_default().insert(usage.name.clone());
+            edit_nested_set(&mut self.open_usages, &usage.namespace, &usage.claim, &usage.name, true);
         }
         edit_nested_set(&mut self.usages_by_claim, &usage.namespace, &usage.claim, &usage.name, true);
         self.usages.entry(usage.namespace.clone()).or_default().insert(usage.name.clone(), usage);
@@ -583,17 +584,7 @@ impl View {
     pub fn remove_usage(&mut self, namespace: &str, name: &str) -> Option<Usage> {
         let old = self.usages.get_mut(namespace)?.remove(name)?;
         edit_nested_set(&mut self.usages_by_claim, &old.namespace, &old.claim, &old.name, false);
-        if let Some(claims) = self.open_usages.get_mut(namespace) {
-            if let Some(open) = claims.get_mut(&old.claim) {
-                open.remove(&old.name);
-                if open.is_empty() {
-                    claims.remove(&old.claim);
-                }
-            }
-            if claims.is_empty() {
-                self.open_usages.remove(namespace);
-            }
-        }
+        edit_nested_set(&mut self.open_usages, &old.namespace, &old.claim, &old.name, false);
         Some(old)
     }
 
@@ -606,24 +597,30 @@ impl View {
 
     /// The open usage records of a claim.
     pub fn open_usages_of(&self, namespace: &str, claim: &str) -> impl Iterator<Item = &Usage> {
-        let names = self.open_usages.get(namespace).and_then(|claims| claims.get(claim));
+        let names = nested(&self.open_usages, namespace, claim);
         let usages = self.usages.get(namespace);
         names.into_iter().flatten().filter_map(move |name| usages?.get(name))
     }
 
-    /// Claims with open usage records, by namespace then claim, with the records' names: for walking claims and
-    /// their records side by side.
-    pub fn open_usage_claims(&self) -> impl Iterator<Item = (&str, &str, &BTreeSet<Name>)> {
-        self.open_usages.iter().flat_map(|(namespace, claims)| {
-            claims.iter().map(move |(claim, names)| (namespace.as_str(), claim.as_str(), names))
-        })
+    /// Claims with open usage records, by namespace then claim, with the records' names in name order: for walking
+    /// claims and their records side by side (a full pass; sorted here, the index is hashed).
+    pub fn open_usage_claims(&self) -> impl Iterator<Item = (&str, &str, &[Name])> {
+        let mut claims: Vec<(&str, &str, &[Name])> = self
+            .open_usages
+            .iter()
+            .flat_map(|(namespace, claims)| {
+                claims.iter().map(move |(claim, names)| (namespace.as_str(), claim.as_str(), names.as_slice()))
+            })
+            .collect();
+        claims.sort_unstable_by_key(|(namespace, claim, _)| (*namespace, *claim));
+        claims.into_iter()
     }
 
     /// Every open usage record, by namespace then claim.
     pub fn open_usages(&self) -> impl Iterator<Item = &Usage> {
-        self.open_usages.iter().flat_map(move |(namespace, claims)| {
+        self.open_usage_claims().flat_map(move |(namespace, _, names)| {
             let usages = self.usages.get(namespace);
-            claims.values().flatten().filter_map(move |name| usages?.get(name))
+            names.iter().filter_map(move |name| usages?.get(name))
         })
     }
 
