@@ -104,7 +104,7 @@ impl Writer {
             Action::UpdateClaim { claim, precondition, finalizer, status } => {
                 let mut version = precondition.clone();
                 if let Some(keep) = finalizer {
-                    version = self.set_finalizer(claim, precondition, *keep).await?;
+                    version = self.set_finalizer(claim, precondition, *keep).await?.into();
                 }
                 if let Some(status) = status {
                     self.patch_claim_status(action_name(action), claim, &version, status).await?;
@@ -112,7 +112,7 @@ impl Writer {
             }
             Action::DeleteClaim { claim, uid } => {
                 let params = DeleteParams {
-                    preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                    preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
                     ..DeleteParams::default()
                 };
                 let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
@@ -300,7 +300,7 @@ impl Writer {
             kind: Some(kind_name.to_owned()),
             namespace: Some(object.namespace.to_string()),
             name: Some(object.name.to_string()),
-            uid: uid.filter(|u| !u.is_empty()),
+            uid: uid.filter(|u| !u.is_empty()).map(String::from),
             ..ObjectReference::default()
         };
         let event = Event {
@@ -447,7 +447,7 @@ pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef
             api_version: keys::kubevirt::API_VERSION.to_owned(),
             kind: keys::kubevirt::KIND_VMI.to_owned(),
             name: owner.name.to_string(),
-            uid: owner.uid.clone(),
+            uid: owner.uid.to_string(),
             controller: Some(true),
             block_owner_deletion: Some(true),
         }]),

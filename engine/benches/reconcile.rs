@@ -56,8 +56,8 @@ fn raw_pod(name: &str, node: &str, resource: &str, units: u64) -> Pod {
     Pod {
         namespace: "batch".into(),
         name: name.into(),
-        uid: format!("uid-pod-{name}"),
-        resource_version: "1".to_owned(),
+        uid: format!("uid-pod-{name}").into(),
+        resource_version: "1".to_owned().into(),
         node_name: Some(node.into()),
         phase: PodPhase::Running,
         cpu_millis: 4_000,

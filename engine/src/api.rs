@@ -117,8 +117,8 @@ pub enum ClaimPhase {
 #[serde(rename_all = "camelCase")]
 pub struct VmiRef {
     pub name: crate::model::Name,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub uid: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub uid: crate::model::Name,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

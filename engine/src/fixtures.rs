@@ -43,8 +43,8 @@ pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim
     Claim {
         namespace: namespace.into(),
         name: name.into(),
-        uid: format!("uid-{namespace}-{name}"),
-        resource_version: "1".to_owned(),
+        uid: format!("uid-{namespace}-{name}").into(),
+        resource_version: "1".to_owned().into(),
         class: class.into(),
         count,
         finalizer: true,
@@ -61,7 +61,7 @@ pub fn bound(mut claim: Claim, node: &str) -> Claim {
 pub fn attached(claim: Claim, node: &str, vmi: &str) -> Claim {
     let mut claim = bound(claim, node);
     claim.phase = ClaimPhase::Attached;
-    claim.attached_to = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") });
+    claim.attached_to = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}").into() });
     claim
 }
 
@@ -232,7 +232,7 @@ pub fn vmi(namespace: &str, name: &str, phase: VmiPhase, node: Option<&str>) -> 
     Vmi {
         namespace: namespace.into(),
         name: name.into(),
-        uid: format!("uid-vmi-{name}"),
+        uid: format!("uid-vmi-{name}").into(),
         phase,
         node_name: node.map(Name::from),
         ..Vmi::default()
@@ -252,8 +252,8 @@ pub fn gated_launcher(
     let json = launcher_pod_json(namespace, vmi, attachments, resource_name, units as u32);
     let mut pod = crate::convert::pod_from_json(&json, namespace).expect("the fixture launcher converts");
     pod.name = format!("virt-launcher-{vmi}-abcde").into();
-    pod.uid = format!("uid-pod-{vmi}");
-    pod.resource_version = "1".to_owned();
+    pod.uid = format!("uid-pod-{vmi}").into();
+    pod.resource_version = "1".to_owned().into();
     pod.created = created;
     pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
     std::sync::Arc::make_mut(&mut pod.tolerations).push(gpu_toleration(resource_name));

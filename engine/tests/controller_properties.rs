@@ -202,7 +202,7 @@ fn check_invariants(before: &View, view: &View) -> Result<(), TestCaseError> {
         if let Some(vmi) = &claim.attached_to {
             prop_assert_eq!(claim.phase, ClaimPhase::Attached);
             nodes_of_run
-                .entry(vmi.uid.clone())
+                .entry(vmi.uid.to_string())
                 .or_default()
                 .insert(claim.node.as_deref().unwrap_or_default().to_owned());
             let open: Vec<_> = view.open_usages_of(&claim.namespace, &claim.name).collect();
@@ -229,7 +229,7 @@ fn check_invariants(before: &View, view: &View) -> Result<(), TestCaseError> {
             prop_assert!(pinned.is_none(), "{} is pinned but gated", pod.name);
         } else {
             let vmi = pod.owner_vmi.as_ref().unwrap();
-            let run_nodes = nodes_of_run.get(&vmi.uid);
+            let run_nodes = nodes_of_run.get(vmi.uid.as_str());
             prop_assert!(pinned.is_some(), "{} is ungated without its pin", pod.name);
             prop_assert_eq!(
                 run_nodes.map(|n| n.iter().next().unwrap().as_str()),

@@ -14,7 +14,7 @@ fn start() -> View {
     let t0 = Time::from_second(1_800_000_000).unwrap();
     for (i, vmi) in ["a", "b", "c"].into_iter().enumerate() {
         let mut pod = gated_launcher("tenant-a", vmi, "[]", H100, 2, t0);
-        pod.owner_vmi = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") });
+        pod.owner_vmi = Some(VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}").into() });
         view.upsert_pod(pod);
         let claim = held_claim("tenant-a", &format!("claim-{i}"), "h100", 2);
         view.upsert_claim(if i == 0 { attached(claim, "gpu-1", vmi) } else { claim });
@@ -84,7 +84,7 @@ fn apply_claim_edit(claim: &mut gpuclaim_engine::model::Claim, edit: &ClaimEdit)
         ClaimEdit::Attach(v) => {
             claim.attached_to = v.map(|v| {
                 let name = ["a", "b", "c"][v as usize];
-                VmiRef { name: name.into(), uid: format!("uid-vmi-{name}") }
+                VmiRef { name: name.into(), uid: format!("uid-vmi-{name}").into() }
             })
         }
         ClaimEdit::Phase(p) => {

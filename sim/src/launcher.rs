@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpuclaim_engine::keys::{self, kubevirt};
-use gpuclaim_engine::model::{Pod, PodPhase, Time, Vmi};
+use gpuclaim_engine::model::{Name, Pod, PodPhase, Time, Vmi};
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 
 /// The requests the compute container adds besides the VM's own CPU and memory.
@@ -64,7 +64,7 @@ pub fn render_launcher(
 ) -> Pod {
     let mut labels = (*vmi.labels).clone();
     labels.insert(kubevirt::LABEL_APP.to_owned(), kubevirt::LAUNCHER.to_owned());
-    labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.clone());
+    labels.insert(kubevirt::LABEL_CREATED_BY.to_owned(), vmi.uid.to_string());
     labels.insert("vm.kubevirt.io/name".to_owned(), vmi.name.to_string());
     // template.go filterVMIAnnotationsForPod: every VMI annotation but kubectl's and the API-version bookkeeping.
     let mut annotations: BTreeMap<String, String> = vmi
@@ -85,8 +85,8 @@ pub fn render_launcher(
     Pod {
         namespace: vmi.namespace.clone(),
         name: name.into(),
-        uid: ["uid-", name].concat(),
-        resource_version: String::new(),
+        uid: ["uid-", name].concat().into(),
+        resource_version: Name::default(),
         created,
         labels: labels.into(),
         annotations: annotations.into(),

@@ -601,8 +601,8 @@ impl Scenario {
                 store.upsert_claim(Claim {
                     namespace: tenant.name.clone().into(),
                     name: held.name.clone().into(),
-                    uid: format!("uid-claim-{}-{}", tenant.name, held.name),
-                    resource_version: "1".to_owned(),
+                    uid: format!("uid-claim-{}-{}", tenant.name, held.name).into(),
+                    resource_version: "1".to_owned().into(),
                     class: held.class.as_str().into(),
                     count: held.count,
                     ..Claim::default()

@@ -24,7 +24,7 @@ fn server() -> ApiServer {
 }
 
 fn vmi(name: &str) -> Vmi {
-    Vmi { namespace: "tenant-a".into(), name: name.into(), uid: format!("uid-vmi-{name}"), ..Vmi::default() }
+    Vmi { namespace: "tenant-a".into(), name: name.into(), uid: format!("uid-vmi-{name}").into(), ..Vmi::default() }
 }
 
 fn template_claim_action(vmi: &str) -> Action {
@@ -32,7 +32,7 @@ fn template_claim_action(vmi: &str) -> Action {
         claim: ObjectRef::new("tenant-a", format!("{vmi}-gpu-0")),
         class: "h100".into(),
         count: 2,
-        owner: VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}") },
+        owner: VmiRef { name: vmi.into(), uid: format!("uid-vmi-{vmi}").into() },
         status: ClaimStatus { phase: ClaimPhase::Pending, node: None, attached_to: None, pending: None },
     }
 }
@@ -110,7 +110,7 @@ fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
     assert!(deleting.deleting && deleting.finalizer, "held by its finalizer");
     let release = Action::UpdateClaim {
         claim: ObjectRef::new("tenant-a", "a-gpu-0"),
-        precondition: deleting.resource_version.clone(),
+        precondition: deleting.resource_version,
         finalizer: Some(false),
         status: None,
     };

@@ -54,26 +54,26 @@ pub enum Action {
     /// then write its status with the resourceVersion the create returned.
     CreateClaim { claim: ObjectRef, class: String, count: u32, owner: VmiRef, status: ClaimStatus },
     /// Set or clear the release finalizer and/or write the status of a claim.
-    UpdateClaim { claim: ObjectRef, precondition: String, finalizer: Option<bool>, status: Option<ClaimStatus> },
+    UpdateClaim { claim: ObjectRef, precondition: Name, finalizer: Option<bool>, status: Option<ClaimStatus> },
     /// Delete a template claim whose run ended (after its finalizer was removed in the same pass).
-    DeleteClaim { claim: ObjectRef, uid: String },
+    DeleteClaim { claim: ObjectRef, uid: Name },
     /// Create a usage record (owned by its claim).
     OpenUsage { usage: Usage },
     /// Close a usage record at `end`.
-    CloseUsage { usage: ObjectRef, precondition: String, end: Time },
+    CloseUsage { usage: ObjectRef, precondition: Name, end: Time },
     /// In one pod update: remove the placement gate and set the required node-affinity terms to `terms` (the pod's
     /// own terms with the pin appended to each).
-    PinAndUngate { pod: ObjectRef, precondition: String, node: String, terms: Vec<NodeSelectorTerm> },
+    PinAndUngate { pod: ObjectRef, precondition: Name, node: String, terms: Vec<NodeSelectorTerm> },
     /// Variant `two_update_pin` only: the first of two pod updates, removing the placement gate alone.
-    Ungate { pod: ObjectRef, precondition: String },
+    Ungate { pod: ObjectRef, precondition: Name },
     /// Variant `two_update_pin` only: the second update, setting the pinned terms, written on the resourceVersion the
     /// [`Action::Ungate`] before it returned (a client chaining its two writes). The API server refuses it: the pod
     /// is no longer gated, so its node affinity may not change.
     Pin { pod: ObjectRef, node: String, terms: Vec<NodeSelectorTerm> },
     /// Write the pod's placement condition: why it still waits.
-    SetPodWaiting { pod: ObjectRef, precondition: String, waiting: Reason },
+    SetPodWaiting { pod: ObjectRef, precondition: Name, waiting: Reason },
     /// Write a class's published free units.
-    PublishClass { class: String, precondition: String, published: Published },
+    PublishClass { class: String, precondition: Name, published: Published },
     /// Record a Kubernetes Event (PascalCase reason, short note).
     Event { kind: EventKind, object: ObjectRef, reason: &'static str, message: String },
 }

@@ -4,7 +4,7 @@
 
 use super::actions::{Action, ObjectRef};
 use crate::keys;
-use crate::model::{Claim, Time, View};
+use crate::model::{Claim, Name, Time, View};
 
 /// A write whose precondition no longer holds.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -18,8 +18,8 @@ fn conflict(kind: &str, object: &ObjectRef, reason: &str) -> Conflict {
     Conflict { object: format!("{kind} {object}"), reason: reason.to_owned() }
 }
 
-fn bump(resource_version: &str) -> String {
-    (resource_version.parse::<u64>().unwrap_or(0) + 1).to_string()
+fn bump(resource_version: &str) -> Name {
+    Name::from(itoa::Buffer::new().format(resource_version.parse::<u64>().unwrap_or(0) + 1))
 }
 
 /// Applies `actions` in order at `now`. Stops at the first conflict, as a writer would (it then refreshes and
@@ -78,7 +78,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 return Err(conflict("GPUUsage", &ObjectRef::new(&usage.namespace, &usage.name), "already exists"));
             }
             let mut usage = usage.clone();
-            usage.resource_version = "1".to_owned();
+            usage.resource_version = "1".to_owned().into();
             if usage.claim_uid.is_empty() {
                 usage.claim_uid =
                     view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.as_str()).unwrap_or_default().into();
@@ -136,7 +136,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 return Err(conflict("GPUClass", &ObjectRef::new("", name), "resourceVersion changed"));
             }
             class.published = *published;
-            class.resource_version = bump(&class.resource_version);
+            class.resource_version = bump(&class.resource_version).to_string();
             view.upsert_class(class);
         }
         Action::Event { .. } => {}
@@ -151,8 +151,8 @@ pub fn created_claim(action: &Action, now: Time) -> Option<Claim> {
     Some(Claim {
         namespace: claim.namespace.clone(),
         name: claim.name.clone(),
-        uid: ["uid-", &claim.namespace, "-", &claim.name].concat(),
-        resource_version: "2".to_owned(),
+        uid: ["uid-", &claim.namespace, "-", &claim.name].concat().into(),
+        resource_version: "2".to_owned().into(),
         created: now,
         class: class.as_str().into(),
         count: *count,

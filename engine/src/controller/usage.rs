@@ -136,7 +136,7 @@ impl<'v> Pass<'v> {
             usage: Usage {
                 namespace: namespace.into(),
                 name: usage_name(claim, &vmi.uid, node, self.now.as_millisecond()).into(),
-                resource_version: String::new(),
+                resource_version: Name::default(),
                 claim: claim.into(),
                 claim_uid: claim_uid.into(),
                 class: class.into(),

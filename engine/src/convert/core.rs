@@ -176,8 +176,8 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
     Ok(Pod {
         namespace: pod.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
         name: pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default().into(),
-        uid: pod.uid().unwrap_or_default(),
-        resource_version: pod.resource_version().unwrap_or_default(),
+        uid: pod.uid().unwrap_or_default().into(),
+        resource_version: pod.resource_version().unwrap_or_default().into(),
         created: time_of(pod.metadata.creation_timestamp.as_ref()),
         labels: pod.labels().clone().into(),
         annotations: pod.annotations().clone().into(),

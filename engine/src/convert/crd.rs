@@ -36,8 +36,8 @@ pub fn claim_from_kube(claim: &GPUClaim, namespace: &str) -> Claim {
     Claim {
         namespace: claim.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
         name: claim.name_any().into(),
-        uid: claim.uid().unwrap_or_default(),
-        resource_version: claim.resource_version().unwrap_or_default(),
+        uid: claim.uid().unwrap_or_default().into(),
+        resource_version: claim.resource_version().unwrap_or_default().into(),
         created: time_of(claim.metadata.creation_timestamp.as_ref()),
         class: claim.spec.class_name.as_str().into(),
         count: claim.spec.count,
@@ -57,7 +57,7 @@ pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
     Usage {
         namespace: usage.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
         name: usage.name_any().into(),
-        resource_version: usage.resource_version().unwrap_or_default(),
+        resource_version: usage.resource_version().unwrap_or_default().into(),
         claim: spec.claim.clone().into(),
         claim_uid: usage
             .owner_references()

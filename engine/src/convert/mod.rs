@@ -54,7 +54,7 @@ fn controller_owner(
         .iter()
         .flatten()
         .find(|owner| owner.controller == Some(true) && owner.kind == kind)
-        .map(|owner| crate::model::VmiRef { name: owner.name.as_str().into(), uid: owner.uid.clone() })
+        .map(|owner| crate::model::VmiRef { name: owner.name.as_str().into(), uid: owner.uid.clone().into() })
 }
 
 /// A condition of `type_` whose status is False, as a wait reason.

@@ -70,8 +70,8 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
     Ok(Vmi {
         namespace: meta.namespace.unwrap_or_else(|| namespace.to_owned()).into(),
         name: meta.name.or(meta.generate_name).unwrap_or_default().into(),
-        uid: meta.uid.unwrap_or_default(),
-        resource_version: meta.resource_version.unwrap_or_default(),
+        uid: meta.uid.unwrap_or_default().into(),
+        resource_version: meta.resource_version.unwrap_or_default().into(),
         labels: Arc::new(meta.labels.unwrap_or_default()),
         annotations: Arc::new(meta.annotations.unwrap_or_default()),
         gpus: Arc::new(

@@ -47,8 +47,8 @@ pub struct Reason {
 pub struct Claim {
     pub namespace: Name,
     pub name: Name,
-    pub uid: String,
-    pub resource_version: String,
+    pub uid: Name,
+    pub resource_version: Name,
     pub created: Time,
     pub class: Name,
     pub count: u32,
@@ -107,8 +107,8 @@ impl PodPhase {
 pub struct Pod {
     pub namespace: Name,
     pub name: Name,
-    pub uid: String,
-    pub resource_version: String,
+    pub uid: Name,
+    pub resource_version: Name,
     pub created: Time,
     // The maps a pod is created with and rarely changes are shared (`Arc`, copied on write with `Arc::make_mut`):
     // a pod is copied for every watch event and every write-through of the controller's cache, and copying these
@@ -175,8 +175,8 @@ pub struct GpuDevice {
 pub struct Vmi {
     pub namespace: Name,
     pub name: Name,
-    pub uid: String,
-    pub resource_version: String,
+    pub uid: Name,
+    pub resource_version: Name,
     // Shared and copied on write, as a pod's: a VMI is copied for every watch event and most of a copy was these.
     pub labels: Arc<BTreeMap<String, String>>,
     pub annotations: Arc<BTreeMap<String, String>>,
@@ -198,7 +198,7 @@ impl Vmi {
 pub struct Usage {
     pub namespace: Name,
     pub name: Name,
-    pub resource_version: String,
+    pub resource_version: Name,
     pub claim: Name,
     // Shared like the names: a usage record is copied for every watch event and write-through.
     pub claim_uid: Name,

@@ -132,9 +132,10 @@ impl ApiServer {
         &mut self.watch
     }
 
-    fn next_revision(&mut self) -> String {
+    /// The next revision, as the objects carry it (one allocation, shared by every copy of the object version).
+    fn next_revision(&mut self) -> Name {
         self.revision += 1;
-        self.revision.to_string()
+        Name::from(itoa::Buffer::new().format(self.revision))
     }
 
     /// Creates a VMI through the VMI webhook (its patch applied). Returns the stored VMI.
@@ -172,7 +173,12 @@ impl ApiServer {
             .remove_vmi(namespace, name)
             .ok_or(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() })?;
         let revision = self.next_revision();
-        self.watch.push(Change::Delete { kind: Kind::Vmi, namespace: namespace.into(), name: name.into(), revision });
+        self.watch.push(Change::Delete {
+            kind: Kind::Vmi,
+            namespace: namespace.into(),
+            name: name.into(),
+            revision: revision.to_string(),
+        });
         let pods: Vec<Name> = self
             .store
             .vmi_pods(namespace, name)
@@ -182,7 +188,7 @@ impl ApiServer {
         for pod in pods {
             self.delete_pod(namespace, &pod)?;
         }
-        let claims: Vec<(Name, String)> = self
+        let claims: Vec<(Name, Name)> = self
             .store
             .claims_of_run(namespace, name)
             .filter(|claim| claim.owner_vmi.as_ref().is_some_and(|owner| owner.uid == vmi.uid))
@@ -248,7 +254,7 @@ impl ApiServer {
                 kind: Kind::Pod,
                 namespace: namespace.into(),
                 name: name.into(),
-                revision,
+                revision: revision.to_string(),
             });
         }
         Ok(pod)
@@ -273,7 +279,7 @@ impl ApiServer {
         let claim =
             self.store.claim(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Claim, name: name.to_owned() })?;
         if let Some(expected) = uid.filter(|uid| *uid != claim.uid) {
-            return Err(ApiError::UidPrecondition { expected: expected.to_owned(), actual: claim.uid.clone() });
+            return Err(ApiError::UidPrecondition { expected: expected.to_owned(), actual: claim.uid.to_string() });
         }
         if claim.finalizer {
             if !claim.deleting {
@@ -304,7 +310,7 @@ impl ApiServer {
     fn collect_claim(&mut self, namespace: &str, name: &str, uid: &str) -> Vec<Change> {
         let deletion =
             |kind, name: Name, revision| Change::Delete { kind, namespace: namespace.into(), name, revision };
-        let mut changes = vec![deletion(Kind::Claim, name.into(), self.next_revision())];
+        let mut changes = vec![deletion(Kind::Claim, name.into(), self.next_revision().to_string())];
         let owned: Vec<Name> = self
             .store
             .usages_of_claim(namespace, name)
@@ -313,7 +319,7 @@ impl ApiServer {
             .collect();
         for usage in owned {
             self.store.remove_usage(namespace, &usage);
-            changes.push(deletion(Kind::Usage, usage, self.next_revision()));
+            changes.push(deletion(Kind::Usage, usage, self.next_revision().to_string()));
         }
         changes
     }
@@ -321,7 +327,7 @@ impl ApiServer {
     /// Adds or replaces a node (the kubelet registering, or a node's spec and status changing).
     pub fn put_node(&mut self, mut node: Node) {
         self.nodes_written += 1;
-        node.resource_version = self.next_revision();
+        node.resource_version = self.next_revision().to_string();
         self.watch.push(Change::Upsert(Object::Node(node.clone())));
         self.store.upsert_node(node);
     }
@@ -438,7 +444,7 @@ impl ApiServer {
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Class, &ObjectRef::new("", class)))?;
                 let revision = self.next_revision();
-                self.store.set_class_resource_version(class, revision);
+                self.store.set_class_resource_version(class, revision.to_string());
                 let class = self.store.class(class).expect("written above").clone();
                 Ok(vec![Change::Upsert(Object::Class(class))])
             }

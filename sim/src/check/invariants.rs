@@ -107,7 +107,7 @@ struct SeenPod {
     gated_role: bool,
     gated: bool,
     /// Live and ungated with a gated role: it holds its held claims (uid of its VMI).
-    holds: Option<String>,
+    holds: Option<Name>,
     /// A gated role's attachments, as read from its annotations.
     attachments: Option<Attachments>,
 }
@@ -170,7 +170,7 @@ pub struct Invariants {
     /// (namespace, class) → units bound.
     bound: Ledger<Key, u64>,
     /// (namespace, held claim) → uids of the VMIs whose live, ungated pods list it.
-    holders: Ledger<Key, BTreeSet<String>>,
+    holders: Ledger<Key, BTreeSet<Name>>,
     /// usage record → its claim (to find the claim when the record is gone).
     usage_claims: Ledger<Key, Name>,
     /// Claims whose usage records disagree with their attachment, since when.
@@ -419,7 +419,7 @@ impl Invariants {
                 let holders = self.holders.entry((key.0.clone(), claim.into())).or_default();
                 holders.insert(uid.clone());
                 if holders.len() > 1 {
-                    let runs: Vec<&str> = holders.iter().map(String::as_str).collect();
+                    let runs: Vec<&str> = holders.iter().map(Name::as_str).collect();
                     return Err(violation(
                         Invariant::ClaimAttachedTwice,
                         format!("GPUClaim {}/{claim} is held by VMIs {} at once", key.0, runs.join(" and ")),

@@ -52,7 +52,7 @@ impl World {
                 let consecutive = vm.start_failure.as_ref().map_or(0, |failure| failure.consecutive) + 1;
                 let delay = Millis::seconds(start_backoff_seconds(consecutive, self.streams.of("vm-controller")));
                 let retry_after = self.now() + delay;
-                let failure = StartFailure { consecutive, last_failed_vmi_uid: uid, retry_after };
+                let failure = StartFailure { consecutive, last_failed_vmi_uid: uid.to_string(), retry_after };
                 self.vms.get_mut(namespace, name).expect("read above").start_failure = Some(failure);
                 self.metrics.count(crate::metrics::START_FAILURE);
             }
@@ -72,7 +72,7 @@ impl World {
         let mut vmi = Vmi {
             namespace: namespace.into(),
             name: name.into(),
-            uid: ["uid-vmi-", name, "-", itoa::Buffer::new().format(self.kernel.handled())].concat(),
+            uid: ["uid-vmi-", name, "-", itoa::Buffer::new().format(self.kernel.handled())].concat().into(),
             ..Vmi::default()
         };
         Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_owned());

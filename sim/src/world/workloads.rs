@@ -65,7 +65,7 @@ impl World {
         let claim = Claim {
             namespace: vm.namespace.clone().into(),
             name: vm.name.clone().into(),
-            uid: format!("uid-claim-{}-{}", vm.name, self.kernel.handled()),
+            uid: format!("uid-claim-{}-{}", vm.name, self.kernel.handled()).into(),
             created: self.time(),
             class: order.class.into(),
             count: order.count,
