@@ -279,7 +279,7 @@ impl Writer {
     fn remaining_gates(&self, pod: &ObjectRef) -> Vec<String> {
         let view = self.view.read().expect(VIEW_UNPOISONED);
         view.pod(&pod.namespace, &pod.name)
-            .map(|p| p.scheduling_gates.iter().filter(|g| *g != keys::GATE_PLACEMENT).cloned().collect())
+            .map(|p| p.scheduling_gates.iter().filter(|g| *g != keys::GATE_PLACEMENT).map(|g| g.to_string()).collect())
             .unwrap_or_default()
     }
 

@@ -26,8 +26,8 @@ pub fn class(name: &str, resource_name: &str, mode: GpuMode, max_count: u32, lar
         resource_name: resource_name.to_owned(),
         mode,
         max_count,
-        node_selector: BTreeMap::new(),
-        tolerations: vec![gpu_toleration(resource_name)],
+        node_selector: BTreeMap::new().into(),
+        tolerations: vec![gpu_toleration(resource_name)].into(),
         live_migratable: mode == GpuMode::Vgpu,
         published: Published {
             allocatable_units: largest_free_on_node * 4,
@@ -255,7 +255,7 @@ pub fn gated_launcher(
     pod.uid = format!("uid-pod-{vmi}").into();
     pod.resource_version = "1".to_owned().into();
     pod.created = created;
-    pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
+    pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned().into());
     std::sync::Arc::make_mut(&mut pod.tolerations).push(gpu_toleration(resource_name));
     pod
 }

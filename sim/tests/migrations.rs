@@ -146,7 +146,7 @@ fn a_target_left_at_the_gate_is_deleted_after_900_s() {
     let pod = world.store().pod("tenant-a", &target).unwrap();
     assert_eq!(
         (pod.node_name.as_deref(), pod.scheduling_gates.as_slice()),
-        (None, [keys::GATE_PLACEMENT.to_owned()].as_slice())
+        (None, [gpuclaim_engine::model::Name::from(keys::GATE_PLACEMENT)].as_slice())
     );
     world.run(Millis::seconds(60 + 899), 100_000).unwrap();
     assert!(world.store().pod("tenant-a", &target).is_some(), "300 s does not apply to a gated pod");

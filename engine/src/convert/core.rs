@@ -183,7 +183,7 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         annotations: pod.annotations().clone().into(),
         scheduling_gates: spec
             .and_then(|s| s.scheduling_gates.as_ref())
-            .map(|gates| gates.iter().map(|g| g.name.clone()).collect())
+            .map(|gates| gates.iter().map(|g| Name::from(g.name.as_str())).collect())
             .unwrap_or_default(),
         tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default().into(),
         node_selector: spec.and_then(|s| s.node_selector.clone()).unwrap_or_default().into(),

@@ -15,8 +15,8 @@ pub fn class_from_kube(class: &GPUClass) -> Class {
         resource_name: class.spec.resource_name.clone(),
         mode: class.spec.mode,
         max_count: class.spec.max_count,
-        node_selector: class.spec.node_selector.clone(),
-        tolerations: class.spec.tolerations.clone(),
+        node_selector: class.spec.node_selector.clone().into(),
+        tolerations: class.spec.tolerations.clone().into(),
         live_migratable: class.spec.live_migratable,
         published: Published {
             allocatable_units: status.allocatable_units,

@@ -19,8 +19,8 @@ pub struct Class {
     pub resource_name: String,
     pub mode: GpuMode,
     pub max_count: u32,
-    pub node_selector: BTreeMap<String, String>,
-    pub tolerations: Vec<Toleration>,
+    pub node_selector: Arc<BTreeMap<String, String>>,
+    pub tolerations: Arc<Vec<Toleration>>,
     pub live_migratable: bool,
     pub published: Published,
     pub resource_version: String,
@@ -115,7 +115,7 @@ pub struct Pod {
     // maps was most of that cost.
     pub labels: Arc<BTreeMap<String, String>>,
     pub annotations: Arc<BTreeMap<String, String>>,
-    pub scheduling_gates: Vec<String>,
+    pub scheduling_gates: Vec<Name>,
     pub tolerations: Arc<Vec<Toleration>>,
     pub node_selector: Arc<BTreeMap<String, String>>,
     /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`; `None` when unset.

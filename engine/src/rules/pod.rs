@@ -28,7 +28,7 @@ impl PodPatch {
     /// Applies the patch to the compact pod (the twin's path; the live path applies the JSON patch).
     pub fn apply(&self, pod: &mut Pod) {
         if self.add_gate {
-            pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned());
+            pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned().into());
         }
         std::sync::Arc::make_mut(&mut pod.tolerations).extend(self.add_tolerations.iter().cloned());
     }
@@ -151,7 +151,7 @@ pub fn mutate_pod_with(view: &View, pod: &Pod, variant: &Variant) -> Result<PodP
         return Ok(patch);
     }
     for class in classes.into_iter().filter_map(|name| view.class(name)) {
-        for toleration in &class.tolerations {
+        for toleration in class.tolerations.iter() {
             if !pod.tolerations.contains(toleration) && !patch.add_tolerations.contains(toleration) {
                 patch.add_tolerations.push(toleration.clone());
             }
