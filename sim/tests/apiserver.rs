@@ -215,14 +215,14 @@ fn the_watch_delivers_in_revision_order_after_its_lag_and_caches_skip_what_they_
     api.update_vmi("tenant-a", "a", |v| v.node_name = Some("gpu-1".into())).unwrap();
     assert_eq!(api.watch().delivery_due(), Some(Millis(100)));
     assert_eq!(api.watch().delivery_due(), None, "scheduled once");
-    let first = api.watch().deliver(Millis(100));
+    let first: Vec<Change> = api.watch().deliver(Millis(100)).collect();
     assert_eq!(first.len(), 1, "only what is due");
     let mut cache = View::default();
     for change in first {
         observe(&mut cache, change);
     }
     assert_eq!(cache.vmi("tenant-a", "a").unwrap().node_name, None, "the cache lags");
-    let second = api.watch().deliver(Millis(150));
+    let second: Vec<Change> = api.watch().deliver(Millis(150)).collect();
     let Change::Upsert(Object::Vmi(newer)) = &second[0] else { panic!("a VMI update") };
     assert_eq!(newer.node_name.as_deref(), Some("gpu-1"));
     assert!(observe(&mut cache, second[0].clone()).is_some());

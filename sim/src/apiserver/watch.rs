@@ -125,11 +125,12 @@ impl Watch {
         Some(*due)
     }
 
-    /// Takes every change due by `now`; the next delivery is the caller's to schedule again.
-    pub fn deliver(&mut self, now: Millis) -> Vec<Change> {
+    /// Takes every change due by `now` (moved out one by one as the caller takes them: a change carries a whole
+    /// object, and collecting them first copied each once more); the next delivery is the caller's to schedule again.
+    pub fn deliver(&mut self, now: Millis) -> impl Iterator<Item = Change> + '_ {
         self.delivery_scheduled = false;
         let due = self.queue.iter().take_while(|(at, _)| *at <= now).count();
-        self.queue.drain(..due).map(|(_, change)| change).collect()
+        self.queue.drain(..due).map(|(_, change)| change)
     }
 }
 
