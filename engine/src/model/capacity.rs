@@ -37,9 +37,11 @@ struct ClassIndex {
 pub struct Capacity {
     /// Looked up by node only: hashed (see `model::Nested`).
     loads: HashMap<String, NodeLoad, super::Fixed>,
-    classes: BTreeMap<String, ClassIndex>,
-    /// resource name → the classes that publish it (two classes may share one resource on different nodes).
-    resources: BTreeMap<String, BTreeSet<String>>,
+    /// Looked up by class only (on every refresh of a node): hashed.
+    classes: HashMap<String, ClassIndex, super::Fixed>,
+    /// resource name → the classes that publish it, in name order (two classes may share one resource on different
+    /// nodes). Looked up by resource only (every refresh reads what a node's resource has taken): hashed.
+    resources: HashMap<String, BTreeSet<String>, super::Fixed>,
 }
 
 impl Capacity {
@@ -180,7 +182,7 @@ impl Capacity {
 
 /// Re-indexes `class` on `node` (`None`: the node is gone), with `used` units of the class's resource taken there.
 fn refresh_class(
-    classes: &mut BTreeMap<String, ClassIndex>,
+    classes: &mut HashMap<String, ClassIndex, super::Fixed>,
     class: &Class,
     node_name: &str,
     node: Option<&Node>,
