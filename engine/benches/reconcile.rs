@@ -57,7 +57,7 @@ fn raw_pod(name: &str, node: &str, resource: &str, units: u64) -> Pod {
         namespace: "batch".into(),
         name: name.into(),
         uid: format!("uid-pod-{name}").into(),
-        resource_version: "1".to_owned().into(),
+        resource_version: "1".into(),
         node_name: Some(node.into()),
         phase: PodPhase::Running,
         cpu_millis: 4_000,

@@ -44,7 +44,7 @@ pub fn held_claim(namespace: &str, name: &str, class: &str, count: u32) -> Claim
         namespace: namespace.into(),
         name: name.into(),
         uid: format!("uid-{namespace}-{name}").into(),
-        resource_version: "1".to_owned().into(),
+        resource_version: "1".into(),
         class: class.into(),
         count,
         finalizer: true,
@@ -253,9 +253,9 @@ pub fn gated_launcher(
     let mut pod = crate::convert::pod_from_json(&json, namespace).expect("the fixture launcher converts");
     pod.name = format!("virt-launcher-{vmi}-abcde").into();
     pod.uid = format!("uid-pod-{vmi}").into();
-    pod.resource_version = "1".to_owned().into();
+    pod.resource_version = "1".into();
     pod.created = created;
-    pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned().into());
+    pod.scheduling_gates.push(keys::GATE_PLACEMENT.into());
     std::sync::Arc::make_mut(&mut pod.tolerations).push(gpu_toleration(resource_name));
     pod
 }

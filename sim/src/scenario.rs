@@ -602,7 +602,7 @@ impl Scenario {
                     namespace: tenant.name.clone().into(),
                     name: held.name.clone().into(),
                     uid: format!("uid-claim-{}-{}", tenant.name, held.name).into(),
-                    resource_version: "1".to_owned().into(),
+                    resource_version: "1".into(),
                     class: held.class.as_str().into(),
                     count: held.count,
                     ..Claim::default()

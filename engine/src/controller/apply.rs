@@ -78,7 +78,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 return Err(conflict("GPUUsage", &ObjectRef::new(&usage.namespace, &usage.name), "already exists"));
             }
             let mut usage = usage.clone();
-            usage.resource_version = "1".to_owned().into();
+            usage.resource_version = "1".into();
             if usage.claim_uid.is_empty() {
                 usage.claim_uid =
                     view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.as_str()).unwrap_or_default().into();
@@ -152,7 +152,7 @@ pub fn created_claim(action: &Action, now: Time) -> Option<Claim> {
         namespace: claim.namespace.clone(),
         name: claim.name.clone(),
         uid: ["uid-", &claim.namespace, "-", &claim.name].concat().into(),
-        resource_version: "2".to_owned().into(),
+        resource_version: "2".into(),
         created: now,
         class: class.as_str().into(),
         count: *count,

@@ -79,7 +79,7 @@ impl Pass<'_> {
             if published != class.published {
                 self.actions.push(Action::PublishClass {
                     class: class.name.clone(),
-                    precondition: class.resource_version.clone().into(),
+                    precondition: class.resource_version.as_str().into(),
                     published,
                 });
             }

@@ -28,7 +28,7 @@ impl PodPatch {
     /// Applies the patch to the compact pod (the twin's path; the live path applies the JSON patch).
     pub fn apply(&self, pod: &mut Pod) {
         if self.add_gate {
-            pod.scheduling_gates.push(keys::GATE_PLACEMENT.to_owned().into());
+            pod.scheduling_gates.push(keys::GATE_PLACEMENT.into());
         }
         std::sync::Arc::make_mut(&mut pod.tolerations).extend(self.add_tolerations.iter().cloned());
     }

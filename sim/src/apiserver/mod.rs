@@ -135,6 +135,11 @@ impl ApiServer {
     /// The next revision, as the objects carry it (one allocation, shared by every copy of the object version).
     fn next_revision(&mut self) -> Name {
         self.revision += 1;
+        self.current_revision()
+    }
+
+    /// The revision of the last write.
+    fn current_revision(&self) -> Name {
         Name::from(itoa::Buffer::new().format(self.revision))
     }
 
@@ -173,12 +178,7 @@ impl ApiServer {
             .remove_vmi(namespace, name)
             .ok_or(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() })?;
         let revision = self.next_revision();
-        self.watch.push(Change::Delete {
-            kind: Kind::Vmi,
-            namespace: namespace.into(),
-            name: name.into(),
-            revision: revision.to_string(),
-        });
+        self.watch.push(Change::Delete { kind: Kind::Vmi, namespace: namespace.into(), name: name.into(), revision });
         let pods: Vec<Name> = self
             .store
             .vmi_pods(namespace, name)
@@ -254,7 +254,7 @@ impl ApiServer {
                 kind: Kind::Pod,
                 namespace: namespace.into(),
                 name: name.into(),
-                revision: revision.to_string(),
+                revision,
             });
         }
         Ok(pod)
@@ -310,7 +310,7 @@ impl ApiServer {
     fn collect_claim(&mut self, namespace: &str, name: &str, uid: &str) -> Vec<Change> {
         let deletion =
             |kind, name: Name, revision| Change::Delete { kind, namespace: namespace.into(), name, revision };
-        let mut changes = vec![deletion(Kind::Claim, name.into(), self.next_revision().to_string())];
+        let mut changes = vec![deletion(Kind::Claim, name.into(), self.next_revision())];
         let owned: Vec<Name> = self
             .store
             .usages_of_claim(namespace, name)
@@ -319,7 +319,7 @@ impl ApiServer {
             .collect();
         for usage in owned {
             self.store.remove_usage(namespace, &usage);
-            changes.push(deletion(Kind::Usage, usage, self.next_revision().to_string()));
+            changes.push(deletion(Kind::Usage, usage, self.next_revision()));
         }
         changes
     }
@@ -378,7 +378,7 @@ impl ApiServer {
                         kind: Kind::Claim,
                         namespace: claim.namespace.clone(),
                         name: claim.name.clone(),
-                        revision: self.revision.to_string(),
+                        revision: self.current_revision(),
                     },
                 }])
             }

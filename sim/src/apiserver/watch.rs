@@ -29,7 +29,7 @@ pub enum Change {
     /// ADDED or MODIFIED.
     Upsert(Object),
     /// DELETED, at `revision`.
-    Delete { kind: Kind, namespace: Name, name: Name, revision: String },
+    Delete { kind: Kind, namespace: Name, name: Name, revision: Name },
 }
 
 /// The stream of one watcher: changes queued with the time they are due.
