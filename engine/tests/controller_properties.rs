@@ -1,8 +1,8 @@
 //! Properties of the reconciler over random worlds, checked against counts made from scratch (not the engine's
 //! indexes): no node holds more units than it has, budgets are never exceeded by the controller, a VMI's claims
 //! share one node, a launcher is pinned exactly when it is ungated, usage records match attachments, one pass is
-//! enough (idempotence), decisions do not depend on the order the view was filled, and the placement index agrees
-//! with a recount.
+//! enough (idempotence), decisions do not depend on the order the view was filled, the placement index agrees
+//! with a recount, and a view that keeps objects only (the twin's API server store) builds the same index.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -273,6 +273,82 @@ fn refilled(view: &View) -> View {
     copy
 }
 
+/// `lean` brought to hold exactly `view`'s objects through its own upserts and removals (edits in place where the
+/// object exists), as the twin's API server store follows every write.
+fn follow(lean: &mut View, view: &View) {
+    for class in view.classes() {
+        lean.upsert_class(class.clone());
+    }
+    for node in view.nodes() {
+        lean.upsert_node(node.clone());
+    }
+    for (namespace, tenant) in view.tenants() {
+        lean.set_vgpu_entitled(namespace, tenant.vgpu_entitled);
+        for (quota, hard) in tenant.quotas() {
+            lean.upsert_quota(namespace, quota, hard.clone());
+        }
+    }
+    let gone: Vec<_> = lean
+        .claims()
+        .filter(|c| view.claim(&c.namespace, &c.name).is_none())
+        .map(|c| (c.namespace.clone(), c.name.clone()))
+        .collect();
+    for (namespace, name) in gone {
+        lean.remove_claim(&namespace, &name);
+    }
+    for claim in view.claims() {
+        lean.upsert_claim(claim.clone());
+    }
+    let gone: Vec<_> = lean
+        .pods()
+        .filter(|p| view.pod(&p.namespace, &p.name).is_none())
+        .map(|p| (p.namespace.clone(), p.name.clone()))
+        .collect();
+    for (namespace, name) in gone {
+        lean.remove_pod(&namespace, &name);
+    }
+    let gone: Vec<_> = lean
+        .usages()
+        .filter(|u| view.usage(&u.namespace, &u.name).is_none())
+        .map(|u| (u.namespace.clone(), u.name.clone()))
+        .collect();
+    for (namespace, name) in gone {
+        lean.remove_usage(&namespace, &name);
+    }
+    for pod in view.pods() {
+        lean.upsert_pod(pod.clone());
+    }
+    for vmi in view.vmis() {
+        lean.upsert_vmi(vmi.clone());
+    }
+    for usage in view.usages() {
+        lean.upsert_usage(usage.clone());
+    }
+}
+
+/// A view that keeps objects only answers with the placement index the full view keeps, and once it keeps the
+/// index again it decides exactly as the full view.
+fn check_objects_only(lean: &View, view: &View, now: Time, actions: &[Action]) -> Result<(), TestCaseError> {
+    prop_assert!(lean.capacity().published("h100") == Default::default(), "an objects-only view keeps no index");
+    let (built, kept) = (lean.placement_index(), view.capacity());
+    for (class, resource, _) in CLASSES {
+        prop_assert_eq!(built.published(class), kept.published(class), "published figures of {}", class);
+        prop_assert_eq!(
+            built.most_free_first(class).collect::<Vec<_>>(),
+            kept.most_free_first(class).collect::<Vec<_>>(),
+            "free units per node of {}",
+            class
+        );
+        for node in view.nodes() {
+            prop_assert_eq!(built.used(resource, &node.name), kept.used(resource, &node.name));
+        }
+    }
+    let mut rebuilt = lean.clone();
+    rebuilt.keep_placement(true);
+    prop_assert_eq!(&reconcile(&rebuilt, now), actions, "the index rebuilt from the objects decides the same");
+    Ok(())
+}
+
 /// What happens between passes: the scheduler binds pinned pods, runs start and end, budgets and nodes change.
 /// Records the keys a controller's watches would queue.
 fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
@@ -323,10 +399,14 @@ proptest! {
     fn the_controller_keeps_every_invariant_and_one_pass_is_enough(numbers in prop::collection::vec(any::<u32>(), 64..256)) {
         let mut dice = Dice(numbers, 0);
         let mut view = world(&mut dice);
+        let mut lean = view.clone();
+        lean.keep_placement(false);
         let mut changes: Option<Changes> = None;
         for step in 0..6 {
             let now = at(1_000 + step);
             let actions = reconcile(&view, now);
+            follow(&mut lean, &view);
+            check_objects_only(&lean, &view, now, &actions)?;
             if let Some(changes) = changes.take() {
                 prop_assert_eq!(&reconcile_changes(&view, now, &changes), &actions, "a pass over the changes alone decides the same");
             }

@@ -232,7 +232,7 @@ pub fn run_one(
 
 fn sample(world: &World, t: Millis, classes: &[(String, String, u64)], series: &mut Series) {
     let store = world.store();
-    let capacity = store.capacity();
+    let capacity = store.placement_index();
     let running = world.metrics().units_now();
     series.t_hours.push(t.0 as f64 / 3_600_000.0);
     for (class, resource, size) in classes {

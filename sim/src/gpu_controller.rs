@@ -45,7 +45,9 @@ pub struct GpuController {
 
 impl GpuController {
     /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
-    pub fn new(synced: View, user: String) -> Self {
+    pub fn new(mut synced: View, user: String) -> Self {
+        // A copy of the API server's store keeps objects only: the controller places, so its cache indexes them.
+        synced.keep_placement(true);
         GpuController {
             cache: synced,
             changes: Changes::default(),

@@ -65,6 +65,10 @@ pub struct View {
     pods_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
     /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes.
     pod_devices: Nested<(Name, BTreeMap<String, u64>)>,
+    /// The placement side (`capacity`, `vmi_claim_units`, `pod_devices`) is not kept: a view that only stores
+    /// objects for rules that never place — the twin's API server, whose store every change passes through once
+    /// more before the controller's cache sees it. [`View::placement_index`] builds the index when asked.
+    objects_only: bool,
 }
 
 impl View {
@@ -189,8 +193,39 @@ impl View {
         nested(&self.pod_devices, namespace, pod).map(|(node, devices)| (node, devices))
     }
 
+    /// The placement index as kept. Empty on a view that keeps objects only (see [`View::keep_placement`]); use
+    /// [`View::placement_index`] where either kind of view may be asked.
     pub fn capacity(&self) -> &Capacity {
         &self.capacity
+    }
+
+    /// The placement index: the one kept, or on a view that keeps objects only, one built from its classes, nodes,
+    /// claims and the pods occupying nodes (what a controller's informers would build from a LIST).
+    pub fn placement_index(&self) -> std::borrow::Cow<'_, Capacity> {
+        if !self.objects_only {
+            return std::borrow::Cow::Borrowed(&self.capacity);
+        }
+        let mut built = View { classes: self.classes.clone(), nodes: self.nodes.clone(), ..View::default() };
+        built.reindex_all();
+        for pods in self.pods.values() {
+            for pod in pods.values().filter(|pod| occupied_node(pod).is_some()) {
+                built.upsert_pod(pod.clone());
+            }
+        }
+        for claim in self.claims() {
+            built.count_claim_units(&claim.namespace, &ClaimIndexed::of(claim), true);
+        }
+        std::borrow::Cow::Owned(built.capacity)
+    }
+
+    /// Whether the placement index is kept (the default) or only objects and their lookups (`false`): turning it
+    /// back on rebuilds it from the objects.
+    pub fn keep_placement(&mut self, kept: bool) {
+        if self.objects_only != kept {
+            return;
+        }
+        self.objects_only = !kept;
+        self.reindex_all();
     }
 
     pub fn upsert_class(&mut self, class: Class) {
@@ -299,6 +334,9 @@ impl View {
         if adding && !self.nodes.contains(node) {
             self.unavailable.insert(node.to_string());
         }
+        if self.objects_only {
+            return;
+        }
         self.capacity.add_claim_units(node, &claim.class, claim.count, adding);
         let Some(class) = self.classes.get(claim.class.as_str()) else { return };
         if let Some(vmi) = &claim.attached_to {
@@ -334,7 +372,7 @@ impl View {
         let pod = &self.pods[namespace][name];
         // Devices are not part of `PodIndexed` (copying them per edit was most of an edit's cost): what matters is
         // whether the devices counted for the pod would change, and that is compared against the count itself.
-        if before.is(pod) && self.counted_devices_unchanged(namespace, pod) {
+        if before.is(pod) && (self.objects_only || self.counted_devices_unchanged(namespace, pod)) {
             return true;
         }
         let after = PodIndexed::of(pod);
@@ -462,7 +500,9 @@ impl View {
     /// The node it occupies: its pods and the CPU and memory taken there.
     fn index_node(&mut self, namespace: &Name, name: &Name, indexed: &PodIndexed, adding: bool) {
         if let Some(node) = &indexed.occupied {
-            self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
+            if !self.objects_only {
+                self.capacity.add_pod_load(node, indexed.cpu_millis, indexed.memory_bytes, adding);
+            }
             edit_set(&mut self.pods_by_node, node, (namespace.clone(), name.clone()), adding);
         }
     }
@@ -489,6 +529,9 @@ impl View {
 
     /// Counts the devices a stored pod takes beyond its VMI's claims on its node.
     fn count_pod_devices(&mut self, namespace: &Name, name: &Name) {
+        if self.objects_only {
+            return;
+        }
         let Some(pod) = self.pod(namespace, name) else { return };
         let Some(node) = occupied_name(pod) else { return };
         // One or two resources: inserted one by one (collecting into a B-tree sorts through a buffer first).
@@ -542,6 +585,9 @@ impl View {
     }
 
     fn uncount_pod_devices(&mut self, namespace: &str, name: &str) {
+        if self.objects_only {
+            return;
+        }
         let Some(pods) = self.pod_devices.get_mut(namespace) else { return };
         let Some((node, devices)) = pods.remove(name) else { return };
         if pods.is_empty() {
@@ -631,6 +677,9 @@ impl View {
         self.capacity = Capacity::default();
         self.vmi_claim_units.clear();
         self.pod_devices.clear();
+        if self.objects_only {
+            return;
+        }
         self.capacity.set_resources(self.classes.values());
         for class in self.classes.values() {
             for node in self.nodes.iter() {
@@ -655,6 +704,9 @@ impl View {
     }
 
     fn reindex_node(&mut self, node: &str) {
+        if self.objects_only {
+            return;
+        }
         for class in self.classes.values() {
             self.capacity.refresh(class, node, self.nodes.get(node));
         }

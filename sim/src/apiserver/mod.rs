@@ -108,8 +108,11 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// An API server holding `store` as loaded (its objects keep the resourceVersions they carry; new writes count
-    /// on from `first_revision`).
-    pub fn new(store: View, first_revision: u64) -> Self {
+    /// on from `first_revision`). The store keeps objects and the lookups the API server, its webhooks and
+    /// garbage collector read, not the placement index: only the controller places, from its own cache, and every
+    /// change reaches that cache too (ask [`View::placement_index`] for the store's).
+    pub fn new(mut store: View, first_revision: u64) -> Self {
+        store.keep_placement(false);
         ApiServer {
             store,
             revision: first_revision,
