@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
-use gpuclaim_engine::controller::Changes;
+use gpuclaim_engine::controller::{Changes, vmi_change_matters};
 use gpuclaim_engine::convert::{self, ConvertError};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Settings, View};
@@ -323,8 +323,13 @@ impl Cached for DynamicObject {
     fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
         let (namespace, name) = key_of(self);
         let object = serde_json::to_value(self).expect("a DynamicObject always serializes");
-        view.upsert_vmi(convert::vmi_from_json(&object, &namespace)?);
-        changes.vmis.insert((namespace.into(), name.into()));
+        let vmi = convert::vmi_from_json(&object, &namespace)?;
+        // The reconciler's event filter: an update it reads nothing new from goes into the cache, not the queue.
+        let matters = vmi_change_matters(view.vmi(&namespace, &name), &vmi);
+        view.upsert_vmi(vmi);
+        if matters {
+            changes.vmis.insert((namespace.into(), name.into()));
+        }
         Ok(())
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {

@@ -230,3 +230,29 @@ workloads:
     assert!(world.vm_starts() > 0, "orders went through");
     assert_eq!(world.stats().refusals.get("OrderRefused:NoCapacity"), None, "{:?}", world.stats().refusals);
 }
+
+#[test]
+fn vmi_phases_on_the_way_to_running_wake_no_controller_pass() {
+    let mut world = world(6);
+    let mut vm = template_vm("tenant-a", "vm", "h100", 2);
+    vm.lifetime = Some(Millis::seconds(60));
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(vm.into())).unwrap();
+    // Each pass, with the phase the controller's cache held for the VMI when it ran.
+    let mut passes = Vec::new();
+    world
+        .run_observed(Millis::seconds(300), 100_000, |world| {
+            if world.stats().controller_passes > passes.len() as u64 {
+                let phase = world.controller_cache().vmi("tenant-a", "vm").map(|vmi| vmi.phase);
+                passes.push(phase);
+            }
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(world.store().vmi("tenant-a", "vm"), None, "the run ended and its VMI went");
+    // The first pass publishes the classes; then the placement and its writes' echo, the run on its node, the
+    // release at its end and its echo, the VMI gone. Scheduled (bound, not running) changes nothing a pass reads.
+    use VmiPhase::{Running, Scheduling, Succeeded};
+    let expected = [None, Some(Scheduling), Some(Scheduling), Some(Running), Some(Succeeded), Some(Succeeded), None];
+    assert_eq!(passes, expected);
+}

@@ -28,7 +28,7 @@ pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 
-use crate::model::{Claim, ClaimPhase, Class, Name, Time, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, Name, Time, View, Vmi, VmiPhase, VmiRef};
 use crate::variant::Variant;
 
 /// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
@@ -44,6 +44,18 @@ pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
 pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> {
     let claims: Vec<&Claim> = view.claims().collect();
     Pass::new(view, now, *variant).run(&claims, None)
+}
+
+/// What a pass reads of a VMI (a run): which run it is, whether it has ended, and where it runs once Running
+/// (claims follow a completed migration there). An update that leaves these as they were (Pending → Scheduling →
+/// Scheduled, a condition, a label) changes no decision, so a controller's event filter need not queue its key:
+/// the object still goes into the cache for the passes that come anyway.
+pub fn vmi_change_matters(cached: Option<&Vmi>, incoming: &Vmi) -> bool {
+    let read = |vmi: &Vmi| {
+        let running_on = (vmi.phase == VmiPhase::Running).then_some(vmi.node_name.as_ref()).flatten();
+        (vmi.uid.clone(), vmi.phase.is_final(), running_on.cloned())
+    };
+    cached.is_none_or(|cached| read(cached) != read(incoming))
 }
 
 /// What changed since the view was last reconciled: the keys a controller's work queue holds (from watch events,

@@ -477,3 +477,29 @@ fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
     // 7 allocatable, 6 still held after the release: 1 free on gpu-1, so the pair goes elsewhere.
     assert_eq!(pinned, Some("gpu-2"), "{actions:#?}");
 }
+
+#[test]
+fn a_vmi_change_matters_only_where_a_pass_reads_it() {
+    let pending = vmi("tenant-a", "vm-1", VmiPhase::Pending, None);
+    let scheduling = vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None);
+    let scheduled = vmi("tenant-a", "vm-1", VmiPhase::Scheduled, Some("gpu-1"));
+    let running = vmi("tenant-a", "vm-1", VmiPhase::Running, Some("gpu-1"));
+    assert!(vmi_change_matters(None, &pending), "a new run");
+    assert!(!vmi_change_matters(Some(&pending), &scheduling), "on its way to Running");
+    assert!(!vmi_change_matters(Some(&scheduling), &scheduled), "scheduled: its node is not read until it runs");
+    assert!(vmi_change_matters(Some(&scheduled), &running), "running on a node: claims follow it there");
+    let mut migrated = running.clone();
+    migrated.node_name = Some("gpu-2".into());
+    assert!(vmi_change_matters(Some(&running), &migrated), "a completed migration moves it");
+    let mut relabelled = running.clone();
+    std::sync::Arc::make_mut(&mut relabelled.labels).insert("example.com/team".into(), "ml".into());
+    relabelled.resource_version = "99".into();
+    assert!(!vmi_change_matters(Some(&running), &relabelled), "labels and revisions are not read");
+    for ended in [VmiPhase::Succeeded, VmiPhase::Failed] {
+        assert!(vmi_change_matters(Some(&running), &vmi("tenant-a", "vm-1", ended, Some("gpu-1"))), "{ended:?}");
+        assert!(vmi_change_matters(Some(&scheduling), &vmi("tenant-a", "vm-1", ended, None)), "{ended:?}");
+    }
+    let mut another_run = scheduling.clone();
+    another_run.uid = "uid-another-run".into();
+    assert!(vmi_change_matters(Some(&scheduling), &another_run), "a new run under the same name");
+}

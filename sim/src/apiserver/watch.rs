@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use gpuclaim_engine::controller::vmi_change_matters;
 use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi, holds_placement_gate};
 
 use super::Kind;
@@ -206,7 +207,9 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
-            let touched = Touched::Vmi(vmi.namespace.clone(), vmi.name.clone());
+            // Phases on the way to Running change no decision: in the cache, but no key on the queue.
+            let matters = vmi_change_matters(cache.vmi(&vmi.namespace, &vmi.name), &vmi);
+            let touched = if matters { Touched::Vmi(vmi.namespace.clone(), vmi.name.clone()) } else { Touched::Quiet };
             cache.upsert_vmi(vmi);
             Some(touched)
         }
