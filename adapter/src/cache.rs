@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
-use gpuclaim_engine::controller::{Changes, vmi_change_matters};
+use gpuclaim_engine::controller::{Changes, run_key_visits, vmi_change_matters};
 use gpuclaim_engine::convert::{self, ConvertError};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Settings, View};
@@ -327,14 +327,16 @@ impl Cached for DynamicObject {
         // The reconciler's event filter: an update it reads nothing new from goes into the cache, not the queue.
         let matters = vmi_change_matters(view.vmi(&namespace, &name), &vmi);
         view.upsert_vmi(vmi);
-        if matters {
+        if matters && run_key_visits(view, &namespace, &name) {
             changes.vmis.insert((namespace.into(), name.into()));
         }
         Ok(())
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_vmi(namespace, name);
-        changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
+        if run_key_visits(view, namespace, name) {
+            changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
+        }
     }
 }
 

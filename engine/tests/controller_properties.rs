@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes};
+use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes, run_key_visits};
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{
@@ -374,8 +374,12 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
                 pod.phase = PodPhase::Succeeded;
                 view.upsert_pod(pod);
             }
-            changes.vmis.insert((vmi.namespace.clone(), vmi.name.clone()));
+            let key = (vmi.namespace.clone(), vmi.name.clone());
             view.upsert_vmi(vmi);
+            // A controller's event filter queues a run's key only when a pass would find claims of it.
+            if run_key_visits(view, &key.0, &key.1) {
+                changes.vmis.insert(key);
+            }
         }
     }
     if dice.chance(20) {

@@ -58,6 +58,13 @@ pub fn vmi_change_matters(cached: Option<&Vmi>, incoming: &Vmi) -> bool {
     cached.is_none_or(|cached| read(cached) != read(incoming))
 }
 
+/// Whether a VMI's key on the queue would bring anything into a pass over `view` (the cache with the change
+/// applied): [`reconcile_changes`] reads a changed run only through its claims, so the key of a run with no claims
+/// there (a VMI just created, or deleted after its claims went) visits nothing and need not wake a pass.
+pub fn run_key_visits(view: &View, namespace: &str, vmi: &str) -> bool {
+    view.claims_of_run(namespace, vmi).next().is_some()
+}
+
 /// What changed since the view was last reconciled: the keys a controller's work queue holds (from watch events,
 /// its own writes included). Pods, classes, quotas and namespaces need no keys: every pass serves the whole queue
 /// of waiters (gated pods, pending held claims) and publishes every class.

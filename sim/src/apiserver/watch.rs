@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::controller::vmi_change_matters;
+use gpuclaim_engine::controller::{run_key_visits, vmi_change_matters};
 use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi, holds_placement_gate};
 
 use super::Kind;
@@ -158,8 +158,8 @@ pub enum Touched {
     Claim(Name, Name),
     Vmi(Name, Name),
     Node(String),
-    /// A pod change the reconciler acts on: a pod at the placement gate, a pod that ended or went (units or
-    /// CPU free for the waiters). Pods need no key: every pass serves the whole queue.
+    /// A pod change the reconciler acts on: a pod at the placement gate, a pod that has just ended or went before
+    /// it ended (units or CPU free for the waiters). Pods need no key: every pass serves the whole queue.
     Pod,
     /// A change the reconciler does not act on (a pod bound or running, a usage record, a class's status): it goes
     /// into the cache for the next pass, and wakes nothing, as a controller's event filter would have it.
@@ -198,7 +198,9 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
-            let acted_on = holds_placement_gate(&pod) || pod.phase.is_terminal();
+            // A pod at the gate, or one that has just ended (what it took is free for the waiters).
+            let ended_before = cache.pod(&pod.namespace, &pod.name).is_some_and(|cached| cached.phase.is_terminal());
+            let acted_on = holds_placement_gate(&pod) || (pod.phase.is_terminal() && !ended_before);
             cache.upsert_pod(pod);
             Some(if acted_on { Touched::Pod } else { Touched::Quiet })
         }
@@ -207,11 +209,12 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
-            // Phases on the way to Running change no decision: in the cache, but no key on the queue.
+            // Phases on the way to Running change no decision, and a run with no claims has nothing for a pass to
+            // visit: in the cache, but no key on the queue.
             let matters = vmi_change_matters(cache.vmi(&vmi.namespace, &vmi.name), &vmi);
-            let touched = if matters { Touched::Vmi(vmi.namespace.clone(), vmi.name.clone()) } else { Touched::Quiet };
+            let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
             cache.upsert_vmi(vmi);
-            Some(touched)
+            Some(run_touched(cache, namespace, name, matters))
         }
         Object::Usage(usage) => {
             if !newer(
@@ -245,6 +248,11 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
     }
 }
 
+/// What a VMI change touched: its run's key when the change `matters` and a pass would find claims of the run.
+fn run_touched(cache: &View, namespace: Name, name: Name, matters: bool) -> Touched {
+    if matters && run_key_visits(cache, &namespace, &name) { Touched::Vmi(namespace, name) } else { Touched::Quiet }
+}
+
 fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) -> Option<Touched> {
     // A cached object newer than the deletion is a re-creation the cache already saw: keep it.
     let keep = |cached: &str| revision(cached) > at;
@@ -257,18 +265,22 @@ fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) ->
             Some(Touched::Claim(namespace, name))
         }
         Kind::Pod => {
-            if cache.pod(&namespace, &name).is_none_or(|p| keep(&p.resource_version)) {
+            let cached = cache.pod(&namespace, &name)?;
+            if keep(&cached.resource_version) {
                 return None;
             }
+            // A pod that had ended freed what it took then: its deletion (the garbage collector's, after its VMI)
+            // frees nothing more.
+            let ended = cached.phase.is_terminal();
             cache.remove_pod(&namespace, &name);
-            Some(Touched::Pod)
+            Some(if ended { Touched::Quiet } else { Touched::Pod })
         }
         Kind::Vmi => {
             if cache.vmi(&namespace, &name).is_none_or(|v| keep(&v.resource_version)) {
                 return None;
             }
             cache.remove_vmi(&namespace, &name);
-            Some(Touched::Vmi(namespace, name))
+            Some(run_touched(cache, namespace, name, true))
         }
         Kind::Usage => {
             if cache.usage(&namespace, &name).is_none_or(|u| keep(&u.resource_version)) {
