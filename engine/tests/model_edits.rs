@@ -161,3 +161,20 @@ fn a_node_stands_the_same_when_only_what_placement_ignores_changed() {
     view.upsert_node(node);
     assert_ne!(view.node_standing("gpu-1"), after_pod);
 }
+
+#[test]
+fn only_devices_a_class_publishes_are_counted_where_pods_run() {
+    let mut view = two_node_cluster();
+    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, Time::from_second(1_800_000_000).unwrap());
+    raw.labels = Default::default(); // a raw-device VM's launcher: no claims cover its GPUs
+    raw.scheduling_gates.clear();
+    raw.node_name = Some("gpu-1".into());
+    std::sync::Arc::make_mut(&mut raw.devices).insert("devices.kubevirt.io/kvm".into(), 1);
+    view.upsert_pod(raw);
+    let (node, counted) = view.counted_devices("tenant-a", "virt-launcher-raw-abcde").expect("counted");
+    assert_eq!(node.as_str(), "gpu-1");
+    assert_eq!(counted.keys().collect::<Vec<_>>(), [H100], "kvm is plentiful: placement checks it is there, no more");
+    assert_eq!(view.capacity().used(H100, "gpu-1"), 2);
+    assert_eq!(view.capacity().used("devices.kubevirt.io/kvm", "gpu-1"), 0);
+    assert_eq!(view.capacity().free("h100", "gpu-1"), Some(6));
+}

@@ -37,7 +37,9 @@ impl Pass<'_> {
                     }
                 }
                 if let Some(node) = node {
-                    for (resource, units) in pod.devices.iter() {
+                    // As the view counts them: resources some class publishes (the others are never read).
+                    let counted = pod.devices.iter().filter(|(r, _)| view.capacity().classes_of(r).next().is_some());
+                    for (resource, units) in counted {
                         let covered = self.covered_after(&key, &node, resource);
                         let counted = units.saturating_sub(covered);
                         *wanted.entry((resource.clone(), node.clone())).or_insert(0) -= counted as i64;

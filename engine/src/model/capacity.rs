@@ -13,7 +13,8 @@ pub struct NodeLoad {
     /// class → units of the claims bound here.
     claim_units: BTreeMap<String, u64>,
     /// resource → units pods take here beyond their VMI's claims on this node: raw-name VMs and other workloads in
-    /// full, a migration target until its VMI's claims follow it, a launcher not at all (its claims count).
+    /// full, a migration target until its VMI's claims follow it, a launcher not at all (its claims count). Only
+    /// resources some class publishes: placement checks other devices (kvm, tun, vhost-net) for presence only.
     pod_devices: BTreeMap<String, u64>,
     /// CPU and memory requested by every pod bound here and not finished.
     pub cpu_millis: u64,

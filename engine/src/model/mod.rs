@@ -63,7 +63,8 @@ pub struct View {
     /// node → (namespace, pod) of the pods occupying it (bound there, or pinned there once ungated): what a
     /// controller confirming a pin lists (looked up by node only: hashed).
     pods_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
-    /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes.
+    /// namespace → pod → (node, devices counted for it): exactly what to uncount when it changes. Only resources a
+    /// class publishes are counted (see `devices_to_count`).
     pod_devices: Nested<(Name, BTreeMap<String, u64>)>,
     /// The placement side (`capacity`, `vmi_claim_units`, `pod_devices`) is not kept: a view that only stores
     /// objects for rules that never place — the twin's API server, whose store every change passes through once
@@ -562,8 +563,11 @@ impl View {
             .as_ref()
             .filter(|_| is_claims_pod(pod))
             .and_then(|vmi| self.vmi_claim_units(namespace, &vmi.name, node));
+        // Only resources a class publishes: other devices (KubeVirt's kvm, tun, vhost-net) are plentiful and
+        // placement checks only that a node has them, so counting them would cost every pod edit for nothing.
         pod.devices
             .iter()
+            .filter(|(resource, _)| self.capacity.classes_of(resource).next().is_some())
             .map(move |(resource, units)| {
                 let through_claims = covered.and_then(|c| c.get(resource)).copied().unwrap_or(0);
                 (resource, units.saturating_sub(through_claims))
