@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
-use gpuclaim_engine::controller::{Changes, run_key_visits, vmi_change_matters};
+use gpuclaim_engine::controller::{Changes, run_key_visits, vmi_key_needed};
 use gpuclaim_engine::convert::{self, ConvertError};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Settings, View};
@@ -325,9 +325,9 @@ impl Cached for DynamicObject {
         let object = serde_json::to_value(self).expect("a DynamicObject always serializes");
         let vmi = convert::vmi_from_json(&object, &namespace)?;
         // The reconciler's event filter: an update it reads nothing new from goes into the cache, not the queue.
-        let matters = vmi_change_matters(view.vmi(&namespace, &name), &vmi);
+        let needed = vmi_key_needed(view, view.vmi(&namespace, &name), &vmi);
         view.upsert_vmi(vmi);
-        if matters && run_key_visits(view, &namespace, &name) {
+        if needed {
             changes.vmis.insert((namespace.into(), name.into()));
         }
         Ok(())

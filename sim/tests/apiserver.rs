@@ -266,7 +266,9 @@ fn the_watch_wakes_the_controller_only_for_what_a_pass_reads() {
     run.node_name = Some("gpu-1".into());
     assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Quiet, "scheduled: nothing a pass reads");
     run.phase = VmiPhase::Running;
-    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Vmi("tenant-a".into(), "a".into()));
+    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Quiet, "running where its claim is");
+    run.node_name = Some("gpu-2".into());
+    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Vmi("tenant-a".into(), "a".into()), "moved");
     // Its launcher: gated, bound (quiet), ended (frees what it took), updated once ended, deleted.
     let mut pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
     assert_eq!(upsert(&mut cache, Object::Pod(pod.clone())), Touched::Pod, "at the gate");

@@ -51,11 +51,31 @@ pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> 
 /// Scheduled, a condition, a label) changes no decision, so a controller's event filter need not queue its key:
 /// the object still goes into the cache for the passes that come anyway.
 pub fn vmi_change_matters(cached: Option<&Vmi>, incoming: &Vmi) -> bool {
-    let read = |vmi: &Vmi| {
-        let running_on = (vmi.phase == VmiPhase::Running).then_some(vmi.node_name.as_ref()).flatten();
-        (vmi.uid.clone(), vmi.phase.is_final(), running_on.cloned())
-    };
+    let read = |vmi: &Vmi| (vmi.uid.clone(), vmi.phase.is_final(), running_on(vmi).cloned());
     cached.is_none_or(|cached| read(cached) != read(incoming))
+}
+
+/// Where a run runs, once Running.
+fn running_on(vmi: &Vmi) -> Option<&Name> {
+    (vmi.phase == VmiPhase::Running).then_some(vmi.node_name.as_ref()).flatten()
+}
+
+/// Whether a VMI update needs its run's key on a controller's queue, `view` being the cache it arrives in: the
+/// update [matters](vmi_change_matters) and a pass would find claims of the run ([`run_key_visits`]); and when only
+/// where the run runs moved (the same run, not ended), a claim attached to it is bound elsewhere — following a
+/// completed migration is all a pass does with that (a launcher going Running where its claims are changes nothing).
+pub fn vmi_key_needed(view: &View, cached: Option<&Vmi>, incoming: &Vmi) -> bool {
+    if !vmi_change_matters(cached, incoming) || !run_key_visits(view, &incoming.namespace, &incoming.name) {
+        return false;
+    }
+    let same_run = cached.is_some_and(|c| c.uid == incoming.uid && c.phase.is_final() == incoming.phase.is_final());
+    if !same_run {
+        return true;
+    }
+    let Some(node) = running_on(incoming) else { return false };
+    view.claims_of_run(&incoming.namespace, &incoming.name).any(|claim| {
+        claim.attached_to.as_ref().is_some_and(|run| run.name == incoming.name) && claim.node.as_ref() != Some(node)
+    })
 }
 
 /// Whether a VMI's key on the queue would bring anything into a pass over `view` (the cache with the change

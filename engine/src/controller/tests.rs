@@ -503,3 +503,24 @@ fn a_vmi_change_matters_only_where_a_pass_reads_it() {
     another_run.uid = "uid-another-run".into();
     assert!(vmi_change_matters(Some(&scheduling), &another_run), "a new run under the same name");
 }
+
+#[test]
+fn a_vmi_key_is_needed_only_where_a_pass_would_decide_something_new() {
+    let mut view = world();
+    let scheduled = vmi("tenant-a", "vm-1", VmiPhase::Scheduled, Some("gpu-1"));
+    let running = vmi("tenant-a", "vm-1", VmiPhase::Running, Some("gpu-1"));
+    assert!(!vmi_key_needed(&view, Some(&scheduled), &running), "no claim names the run: nothing to visit");
+    view.upsert_claim(fixtures::attached(held_claim("tenant-a", "held", "h100", 2), "gpu-1", "vm-1"));
+    view.upsert_vmi(scheduled.clone());
+    assert!(vmi_key_needed(&view, None, &scheduled), "a run its claims name");
+    assert!(!vmi_key_needed(&view, Some(&scheduled), &running), "running where its claims are: nothing follows");
+    let mut migrated = running.clone();
+    migrated.node_name = Some("gpu-2".into());
+    assert!(vmi_key_needed(&view, Some(&running), &migrated), "running elsewhere: its claims follow");
+    let ended = vmi("tenant-a", "vm-1", VmiPhase::Succeeded, Some("gpu-1"));
+    assert!(vmi_key_needed(&view, Some(&running), &ended), "ended: its claims are released");
+    let mut another_run = running.clone();
+    another_run.uid = "uid-another-run".into();
+    assert!(vmi_key_needed(&view, Some(&running), &another_run), "another run under the same name");
+    assert!(!vmi_key_needed(&view, Some(&scheduled), &scheduled), "nothing read changed");
+}

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::controller::{run_key_visits, vmi_change_matters};
+use gpuclaim_engine::controller::{run_key_visits, vmi_key_needed};
 use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi, holds_placement_gate};
 
 use super::Kind;
@@ -209,12 +209,12 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
-            // Phases on the way to Running change no decision, and a run with no claims has nothing for a pass to
-            // visit: in the cache, but no key on the queue.
-            let matters = vmi_change_matters(cache.vmi(&vmi.namespace, &vmi.name), &vmi);
-            let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
+            // Phases on the way to Running, a run with no claims, a launcher running where its claims are: no
+            // decision moves (the engine's `vmi_key_needed`), so the VMI goes into the cache without a key.
+            let needed = vmi_key_needed(cache, cache.vmi(&vmi.namespace, &vmi.name), &vmi);
+            let touched = if needed { Touched::Vmi(vmi.namespace.clone(), vmi.name.clone()) } else { Touched::Quiet };
             cache.upsert_vmi(vmi);
-            Some(run_touched(cache, namespace, name, matters))
+            Some(touched)
         }
         Object::Usage(usage) => {
             if !newer(
@@ -248,11 +248,6 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
     }
 }
 
-/// What a VMI change touched: its run's key when the change `matters` and a pass would find claims of the run.
-fn run_touched(cache: &View, namespace: Name, name: Name, matters: bool) -> Touched {
-    if matters && run_key_visits(cache, &namespace, &name) { Touched::Vmi(namespace, name) } else { Touched::Quiet }
-}
-
 fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) -> Option<Touched> {
     // A cached object newer than the deletion is a re-creation the cache already saw: keep it.
     let keep = |cached: &str| revision(cached) > at;
@@ -280,7 +275,8 @@ fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) ->
                 return None;
             }
             cache.remove_vmi(&namespace, &name);
-            Some(run_touched(cache, namespace, name, true))
+            // A run no cached claim names has nothing for a pass to visit.
+            Some(if run_key_visits(cache, &namespace, &name) { Touched::Vmi(namespace, name) } else { Touched::Quiet })
         }
         Kind::Usage => {
             if cache.usage(&namespace, &name).is_none_or(|u| keep(&u.resource_version)) {
