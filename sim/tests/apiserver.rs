@@ -295,6 +295,15 @@ fn the_watch_wakes_the_controller_only_for_what_a_pass_reads() {
         Some(Touched::Pod),
         "a running pod's deletion"
     );
+    // A raw-device VM's launcher (no claims cover its GPUs): bound, its devices take units the classes publish.
+    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, now());
+    raw.labels = Default::default();
+    raw.scheduling_gates = Default::default();
+    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Quiet, "not bound yet: it takes nothing");
+    raw.node_name = Some("gpu-2".into());
+    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Pod, "bound: fewer free units to publish");
+    raw.phase = PodPhase::Running;
+    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Quiet, "running: nothing moved");
     // The run's deletion: its key while a claim names it, quiet once none does.
     assert_eq!(observe(&mut cache, gone(Kind::Vmi, "a", 102)), Some(Touched::Vmi("tenant-a".into(), "a".into())));
     upsert(&mut cache, Object::Vmi(vmi("z")));

@@ -198,11 +198,17 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             {
                 return None;
             }
-            // A pod at the gate, or one that has just ended (what it took is free for the waiters).
+            // A pod at the gate, one that has just ended (what it took is free for the waiters), or one whose
+            // devices beyond claims moved (a raw-device VM's launcher bound: the classes publish fewer free units).
             let ended_before = cache.pod(&pod.namespace, &pod.name).is_some_and(|cached| cached.phase.is_terminal());
             let acted_on = holds_placement_gate(&pod) || (pod.phase.is_terminal() && !ended_before);
+            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+            let counted_before =
+                cache.counted_devices(&namespace, &name).map(|(node, devices)| (node.clone(), devices.clone()));
             cache.upsert_pod(pod);
-            Some(if acted_on { Touched::Pod } else { Touched::Quiet })
+            let counted = cache.counted_devices(&namespace, &name);
+            let moved = counted.map(|(node, devices)| (node, devices)) != counted_before.as_ref().map(|(n, d)| (n, d));
+            Some(if acted_on || moved { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
             if !newer(cache.vmi(&vmi.namespace, &vmi.name).map(|v| v.resource_version.as_str()), &vmi.resource_version)
