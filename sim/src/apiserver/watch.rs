@@ -206,8 +206,7 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             let counted_before =
                 cache.counted_devices(&namespace, &name).map(|(node, devices)| (node.clone(), devices.clone()));
             cache.upsert_pod(pod);
-            let counted = cache.counted_devices(&namespace, &name);
-            let moved = counted.map(|(node, devices)| (node, devices)) != counted_before.as_ref().map(|(n, d)| (n, d));
+            let moved = cache.counted_devices(&namespace, &name) != counted_before.as_ref().map(|(n, d)| (n, d));
             Some(if acted_on || moved { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
