@@ -206,17 +206,46 @@ impl View {
         if !self.objects_only {
             return std::borrow::Cow::Borrowed(&self.capacity);
         }
-        let mut built = View { classes: self.classes.clone(), nodes: self.nodes.clone(), ..View::default() };
-        built.reindex_all();
-        for pods in self.pods.values() {
-            for pod in pods.values().filter(|pod| occupied_node(pod).is_some()) {
-                built.upsert_pod(pod.clone());
+        // Built straight from the objects, copying none (reports sample it often): what the kept index counts.
+        let mut built = Capacity::default();
+        built.set_resources(self.classes.values());
+        // (namespace, run, node, resource) → units of the claims attached to the run there, as `vmi_claim_units`.
+        let mut covered: HashMap<(&str, &str, &str, &str), u64, Fixed> = HashMap::default();
+        for claim in self.claims() {
+            let Some(node) = claim.node.as_deref() else { continue };
+            built.add_claim_units(node, &claim.class, claim.count, true);
+            if let (Some(class), Some(run)) = (self.classes.get(claim.class.as_str()), &claim.attached_to) {
+                let key = (claim.namespace.as_str(), run.name.as_str(), node, class.resource_name.as_str());
+                *covered.entry(key).or_default() += u64::from(claim.count);
             }
         }
-        for claim in self.claims() {
-            built.count_claim_units(&claim.namespace, &ClaimIndexed::of(claim), true);
+        let mut devices = BTreeMap::new();
+        for pod in self.pods.values().flat_map(HashMap::values) {
+            let Some(node) = occupied_node(pod) else { continue };
+            built.add_pod_load(node, pod.cpu_millis, pod.memory_bytes, true);
+            let run = pod.owner_vmi.as_ref().filter(|_| is_claims_pod(pod)).map(|vmi| vmi.name.as_str());
+            devices.clear();
+            for (resource, units) in pod.devices.iter() {
+                if built.classes_of(resource).next().is_none() {
+                    continue;
+                }
+                let through_claims = run
+                    .and_then(|run| covered.get(&(pod.namespace.as_str(), run, node, resource.as_str())))
+                    .copied()
+                    .unwrap_or(0);
+                if *units > through_claims {
+                    devices.insert(resource.clone(), units - through_claims);
+                }
+            }
+            built.add_pod_devices(node, &devices, true);
         }
-        std::borrow::Cow::Owned(built.capacity)
+        for class in self.classes.values() {
+            // A node without the class's resource never offers it (and a fresh index has no entry to take out).
+            for node in self.nodes.iter().filter(|node| node.devices.contains_key(&class.resource_name)) {
+                built.refresh(class, &node.name, Some(node));
+            }
+        }
+        std::borrow::Cow::Owned(built)
     }
 
     /// Whether the placement index is kept (the default) or only objects and their lookups (`false`): turning it
