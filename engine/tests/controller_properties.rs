@@ -10,7 +10,8 @@ use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_c
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{
-    Capacity, ClaimPhase, GpuMode, PodPhase, Time, View, VmiPhase, holds_placement_gate, is_claims_pod, occupied_node,
+    Capacity, ClaimPhase, GpuMode, Name, PodPhase, Time, View, VmiPhase, holds_placement_gate, is_claims_pod,
+    occupied_node,
 };
 use gpuclaim_engine::scheduling::is_pinned_to;
 use proptest::prelude::*;
@@ -264,13 +265,18 @@ fn refilled(view: &View) -> View {
     for usage in view.usages() {
         copy.upsert_usage(usage.clone());
     }
+    copy_tenants(view, &mut copy);
+    copy
+}
+
+/// The tenants' entitlement and quotas of `view`, into `copy`.
+fn copy_tenants(view: &View, copy: &mut View) {
     for (namespace, tenant) in view.tenants() {
         copy.set_vgpu_entitled(namespace, tenant.vgpu_entitled);
         for (quota, hard) in tenant.quotas() {
             copy.upsert_quota(namespace, quota, hard.clone());
         }
     }
-    copy
 }
 
 /// `lean` brought to hold exactly `view`'s objects through its own upserts and removals (edits in place where the
@@ -282,37 +288,27 @@ fn follow(lean: &mut View, view: &View) {
     for node in view.nodes() {
         lean.upsert_node(node.clone());
     }
-    for (namespace, tenant) in view.tenants() {
-        lean.set_vgpu_entitled(namespace, tenant.vgpu_entitled);
-        for (quota, hard) in tenant.quotas() {
-            lean.upsert_quota(namespace, quota, hard.clone());
-        }
+    copy_tenants(view, lean);
+    // (namespace, name) of what `lean` holds and `view` no longer does.
+    fn gone<'a>(
+        held: impl Iterator<Item = (&'a Name, &'a Name)>,
+        kept: impl Fn(&str, &str) -> bool,
+    ) -> Vec<(Name, Name)> {
+        held.filter(|(namespace, name)| !kept(namespace, name)).map(|(n, m)| (n.clone(), m.clone())).collect()
     }
-    let gone: Vec<_> = lean
-        .claims()
-        .filter(|c| view.claim(&c.namespace, &c.name).is_none())
-        .map(|c| (c.namespace.clone(), c.name.clone()))
-        .collect();
-    for (namespace, name) in gone {
+    let claims = gone(lean.claims().map(|c| (&c.namespace, &c.name)), |n, m| view.claim(n, m).is_some());
+    let pods = gone(lean.pods().map(|p| (&p.namespace, &p.name)), |n, m| view.pod(n, m).is_some());
+    let usages = gone(lean.usages().map(|u| (&u.namespace, &u.name)), |n, m| view.usage(n, m).is_some());
+    for (namespace, name) in claims {
         lean.remove_claim(&namespace, &name);
     }
     for claim in view.claims() {
         lean.upsert_claim(claim.clone());
     }
-    let gone: Vec<_> = lean
-        .pods()
-        .filter(|p| view.pod(&p.namespace, &p.name).is_none())
-        .map(|p| (p.namespace.clone(), p.name.clone()))
-        .collect();
-    for (namespace, name) in gone {
+    for (namespace, name) in pods {
         lean.remove_pod(&namespace, &name);
     }
-    let gone: Vec<_> = lean
-        .usages()
-        .filter(|u| view.usage(&u.namespace, &u.name).is_none())
-        .map(|u| (u.namespace.clone(), u.name.clone()))
-        .collect();
-    for (namespace, name) in gone {
+    for (namespace, name) in usages {
         lean.remove_usage(&namespace, &name);
     }
     for pod in view.pods() {
