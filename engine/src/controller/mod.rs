@@ -51,7 +51,9 @@ pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> 
 /// Scheduled, a condition, a label) changes no decision, so a controller's event filter need not queue its key:
 /// the object still goes into the cache for the passes that come anyway.
 pub fn vmi_change_matters(cached: Option<&Vmi>, incoming: &Vmi) -> bool {
-    let read = |vmi: &Vmi| (vmi.uid.clone(), vmi.phase.is_final(), running_on(vmi).cloned());
+    fn read(vmi: &Vmi) -> (&str, bool, Option<&Name>) {
+        (&vmi.uid, vmi.phase.is_final(), running_on(vmi))
+    }
     cached.is_none_or(|cached| read(cached) != read(incoming))
 }
 

@@ -272,7 +272,7 @@ impl<'v> Pass<'v> {
         }
         // Devices outside GPU classes (KubeVirt's kvm, tun, vhost-net) are plentiful; only their presence is checked.
         for (resource, units) in pod.devices.iter() {
-            let class_resource = self.view.capacity().classes_of(resource).next().is_some();
+            let class_resource = self.view.capacity().publishes(resource);
             if !class_resource && node.devices.get(resource).copied().unwrap_or(0) < *units {
                 return Err(Unfit::Insufficient(resource));
             }

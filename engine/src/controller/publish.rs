@@ -38,7 +38,7 @@ impl Pass<'_> {
                 }
                 if let Some(node) = node {
                     // As the view counts them: resources some class publishes (the others are never read).
-                    let counted = pod.devices.iter().filter(|(r, _)| view.capacity().classes_of(r).next().is_some());
+                    let counted = pod.devices.iter().filter(|(r, _)| view.capacity().publishes(r));
                     for (resource, units) in counted {
                         let covered = self.covered_after(&key, &node, resource);
                         let counted = units.saturating_sub(covered);

@@ -111,6 +111,11 @@ impl Capacity {
         self.loads.get(node)
     }
 
+    /// Whether some class publishes `resource` (the devices the index counts).
+    pub fn publishes(&self, resource: &str) -> bool {
+        self.resources.contains_key(resource)
+    }
+
     pub fn classes_of(&self, resource: &str) -> impl Iterator<Item = &str> {
         self.resources.get(resource).into_iter().flatten().map(String::as_str)
     }

@@ -219,24 +219,13 @@ impl View {
                 *covered.entry(key).or_default() += u64::from(claim.count);
             }
         }
-        let mut devices = BTreeMap::new();
         for pod in self.pods.values().flat_map(HashMap::values) {
             let Some(node) = occupied_node(pod) else { continue };
             built.add_pod_load(node, pod.cpu_millis, pod.memory_bytes, true);
-            let run = pod.owner_vmi.as_ref().filter(|_| is_claims_pod(pod)).map(|vmi| vmi.name.as_str());
-            devices.clear();
-            for (resource, units) in pod.devices.iter() {
-                if built.classes_of(resource).next().is_none() {
-                    continue;
-                }
-                let through_claims = run
-                    .and_then(|run| covered.get(&(pod.namespace.as_str(), run, node, resource.as_str())))
-                    .copied()
-                    .unwrap_or(0);
-                if *units > through_claims {
-                    devices.insert(resource.clone(), units - through_claims);
-                }
-            }
+            let run = claims_run(pod);
+            let through_claims = |resource: &str| covered.get(&(pod.namespace.as_str(), run?, node, resource)).copied();
+            let devices: BTreeMap<String, u64> =
+                beyond_claims(pod, &built, through_claims).map(|(resource, units)| (resource.clone(), units)).collect();
             built.add_pod_devices(node, &devices, true);
         }
         for class in self.classes.values() {
@@ -587,21 +576,8 @@ impl View {
         pod: &'a Pod,
         node: &str,
     ) -> impl Iterator<Item = (&'a String, u64)> + 'a {
-        let covered = pod
-            .owner_vmi
-            .as_ref()
-            .filter(|_| is_claims_pod(pod))
-            .and_then(|vmi| self.vmi_claim_units(namespace, &vmi.name, node));
-        // Only resources a class publishes: other devices (KubeVirt's kvm, tun, vhost-net) are plentiful and
-        // placement checks only that a node has them, so counting them would cost every pod edit for nothing.
-        pod.devices
-            .iter()
-            .filter(|(resource, _)| self.capacity.classes_of(resource).next().is_some())
-            .map(move |(resource, units)| {
-                let through_claims = covered.and_then(|c| c.get(resource)).copied().unwrap_or(0);
-                (resource, units.saturating_sub(through_claims))
-            })
-            .filter(|(_, units)| *units > 0)
+        let covered = claims_run(pod).and_then(|run| self.vmi_claim_units(namespace, run, node));
+        beyond_claims(pod, &self.capacity, move |resource| covered.and_then(|c| c.get(resource)).copied())
     }
 
     /// Whether what [`View::count_pod_devices`] would count for `pod` is what is counted for it now.
@@ -907,6 +883,26 @@ fn edit_nested_set(map: &mut Nested<Vec<Name>>, first: &Name, second: &Name, val
             map.remove(first);
         }
     }
+}
+
+/// The run whose claims on a node cover a pod's devices there: its VMI's, for pods of claim VMIs.
+fn claims_run(pod: &Pod) -> Option<&str> {
+    pod.owner_vmi.as_ref().filter(|_| is_claims_pod(pod)).map(|vmi| vmi.name.as_str())
+}
+
+/// The devices a pod takes beyond what its run's claims on its node cover (`covered` per resource), those with
+/// units left. Only resources a class publishes: other devices (KubeVirt's kvm, tun, vhost-net) are plentiful and
+/// placement checks only that a node has them, so counting them would cost every pod edit for nothing.
+fn beyond_claims<'a>(
+    pod: &'a Pod,
+    capacity: &'a Capacity,
+    covered: impl Fn(&str) -> Option<u64> + 'a,
+) -> impl Iterator<Item = (&'a String, u64)> + 'a {
+    pod.devices
+        .iter()
+        .filter(|(resource, _)| capacity.publishes(resource))
+        .map(move |(resource, units)| (resource, units.saturating_sub(covered(resource).unwrap_or(0))))
+        .filter(|(_, units)| *units > 0)
 }
 
 /// Pods whose devices the claims count (launchers, volume binders and migration targets of claim VMIs).
