@@ -276,8 +276,9 @@ impl<'v> Pass<'v> {
         let indexed = self.view.capacity().free(&class.name, node)?;
         let delta = overlay(&self.units, &class.resource_name, node);
         if indexed == 0 && delta > 0 {
-            // The index shows an overbooked node as 0 free (a device failed under its claims): units this pass
-            // frees there pay that debt first, or a released claim's units would be handed out twice.
+            // The index shows an overbooked node as 0 free (a device failed under its claims; a migrated run's
+            // source launcher still holds its devices beside the claims that followed it): units this pass frees
+            // there pay that debt first, or a released claim's units would be handed out (or published) twice.
             let allocatable = self.view.node(node).and_then(|n| n.devices.get(&class.resource_name)).copied();
             let used = self.view.capacity().used(&class.resource_name, node);
             let owed = used.saturating_sub(allocatable.unwrap_or(0));

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Pass;
 use super::actions::Action;
-use crate::model::{Name, Published, occupied_name};
+use crate::model::{Class, Name, Published, occupied_name};
 
 impl Pass<'_> {
     /// A VMI's pods count the devices its claims on their node do not: when this pass moves or attaches claims,
@@ -77,7 +77,7 @@ impl Pass<'_> {
         self.settle_pods();
         let view = self.view;
         for class in view.classes() {
-            let published = self.published(&class.name, &class.resource_name);
+            let published = self.published(class);
             if published != class.published {
                 self.actions.push(Action::PublishClass {
                     class: class.name.clone(),
@@ -90,24 +90,28 @@ impl Pass<'_> {
 
     /// The class's units once this pass's writes land: the index's figures, corrected on the nodes this pass
     /// touched.
-    fn published(&self, class: &str, resource: &str) -> Published {
+    fn published(&self, class: &Class) -> Published {
         let capacity = self.view.capacity();
-        let mut published = capacity.published(class);
+        let mut published = capacity.published(&class.name);
         // Most passes move no units of the resource: the index's figures are the class's (the walk below would
         // find its top node untouched).
-        let Some(deltas) = self.units.get(resource).filter(|deltas| !deltas.is_empty()) else { return published };
+        let Some(deltas) = self.units.get(class.resource_name.as_str()).filter(|deltas| !deltas.is_empty()) else {
+            return published;
+        };
         let mut touched = BTreeSet::new();
         let mut largest_touched = 0;
-        for (node, delta) in deltas {
-            let Some(indexed) = capacity.free(class, node) else { continue };
-            let free = indexed.saturating_add_signed(*delta);
+        for node in deltas.keys() {
+            let Some(indexed) = capacity.free(&class.name, node) else { continue };
+            // As placement reads it: units freed on an overbooked node pay its debt first, so the class never
+            // publishes units the next pass (reading the index with the writes in) would not see.
+            let free = self.free(class, node).unwrap_or(0);
             published.free_units = (published.free_units + free).saturating_sub(indexed);
             largest_touched = largest_touched.max(free);
             touched.insert(node.as_str());
         }
         // The largest untouched node: walk the index from the top past the touched ones.
         let largest_untouched =
-            capacity.most_free_first(class).find(|(_, node)| !touched.contains(node)).map_or(0, |(free, _)| free);
+            capacity.most_free_first(&class.name).find(|(_, node)| !touched.contains(node)).map_or(0, |(free, _)| free);
         published.largest_free_on_node = largest_touched.max(largest_untouched);
         published
     }

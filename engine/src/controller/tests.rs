@@ -479,6 +479,37 @@ fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
 }
 
 #[test]
+fn a_class_publishes_units_freed_on_an_overbooked_node_as_the_next_pass_will_read_them() {
+    // gpu-1 has 8 units under 8 units of claims; one device fails (7 left); then a run of 2 ends. The release pays
+    // the node's debt first: 1 unit free there, 4 on gpu-2.
+    let mut view = world();
+    view.upsert_quota("tenant-a", "gpu-budget", std::collections::BTreeMap::from([("h100".to_owned(), 100)]));
+    for vm in ["vm-a", "vm-b", "vm-c", "vm-d"] {
+        view.upsert_vmi(vmi("tenant-a", vm, VmiPhase::Running, Some("gpu-1")));
+        let mut claim = fixtures::attached(held_claim("tenant-a", &format!("{vm}-gpu-0"), "h100", 2), "gpu-1", vm);
+        claim.template = true;
+        claim.owner_vmi = claim.attached_to.clone();
+        view.upsert_claim(claim);
+    }
+    let mut node = view.node("gpu-1").unwrap().clone();
+    node.devices.insert(H100.to_owned(), 7);
+    view.upsert_node(node);
+    settle(&mut view, at(1));
+    assert_eq!(view.class("h100").unwrap().published.free_units, 4, "gpu-1 overbooked: nothing free there");
+    view.upsert_vmi(vmi("tenant-a", "vm-d", VmiPhase::Succeeded, Some("gpu-1")));
+    let passes = settle(&mut view, at(2));
+    // One pass: what it publishes is what the index shows once its writes are in (a second pass publishing a
+    // correction is the echo the twin's controller would otherwise need).
+    assert_eq!(passes.len(), 1, "{passes:#?}");
+    let published = passes[0].iter().find_map(|a| match a {
+        Action::PublishClass { published, .. } => Some(*published),
+        _ => None,
+    });
+    assert_eq!(published.map(|p| (p.free_units, p.largest_free_on_node)), Some((5, 4)), "{passes:#?}");
+    assert_eq!(view.capacity().free("h100", "gpu-1"), Some(1));
+}
+
+#[test]
 fn a_vmi_change_matters_only_where_a_pass_reads_it() {
     let pending = vmi("tenant-a", "vm-1", VmiPhase::Pending, None);
     let scheduling = vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None);
