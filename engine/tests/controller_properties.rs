@@ -390,6 +390,18 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
             view.upsert_node(node);
         }
     }
+    // Devices fail: the node may be left overbooked under its claims until some of them go.
+    if dice.chance(25) {
+        let picked = view.nodes().nth(dice.roll(6) as usize).cloned();
+        let failed = 1 + dice.roll(4);
+        if let Some(mut node) = picked
+            && let Some(units) = node.devices.values_mut().find(|units| **units > 1)
+        {
+            *units = units.saturating_sub(u64::from(failed)).max(1);
+            changes.nodes.insert(node.name.clone());
+            view.upsert_node(node);
+        }
+    }
 }
 
 proptest! {

@@ -6,11 +6,13 @@
 //! controller's own objects), so the next pass never decides on units it has already spent; the watch event of that
 //! write then arrives with a revision the cache already holds and changes nothing. The keys its writes touched go
 //! back on its queue as the echo would put them (one lag later): a pass's writes can enable the next step (a
-//! released claim frees the name a new run's template claim needs). A refused write (a conflict, an
+//! released claim frees the name a new run's template claim needs). When nothing waits (no pod at the gate, no held
+//! claim pending) that pass would decide nothing, so the keys are dropped instead (the engine's `echo_needs_pass`):
+//! a real controller spends that pass, the twin skips it and nothing it decides moves. A refused write (a conflict, an
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
-use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, reconcile_with};
+use gpuclaim_engine::controller::{Action, Changes, echo_needs_pass, reconcile_changes_with, reconcile_with};
 use gpuclaim_engine::model::{Time, View};
 use gpuclaim_engine::variant::Variant;
 
@@ -114,9 +116,14 @@ impl GpuController {
         self.dirty = true;
     }
 
-    /// The pass went through: a resync is done.
+    /// The pass went through: a resync is done, and the keys its writes queued (all the queue holds now) are dropped
+    /// when their echo would find nothing to do ([`echo_needs_pass`]: no waiter left).
     pub fn passed(&mut self) {
         self.resync = false;
+        if !echo_needs_pass(&self.cache) {
+            self.changes = Changes::default();
+            self.dirty = false;
+        }
     }
 
     /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.

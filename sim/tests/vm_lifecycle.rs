@@ -123,3 +123,29 @@ fn a_lost_node_evicts_its_vm_which_starts_again_on_another_node() {
     );
     assert!(!records.iter().any(|(_, _, w)| w == "CrashLoopBackOff"), "it had run: no start failure");
 }
+
+#[test]
+fn a_vm_started_again_waits_for_its_previous_template_claim_and_the_release_echo_places_it() {
+    let lines = Lines::default();
+    let mut world = world(5, &lines);
+    world.schedule_at(Millis::seconds(1), Event::CreateVm(template_vm("tenant-a", "vm", "h100", 2).into())).unwrap();
+    world.run(Millis::seconds(60), 100_000).unwrap();
+    assert_eq!(world.store().vmi("tenant-a", "vm").unwrap().phase, VmiPhase::Running);
+    // The running launcher goes: the VMI fails and the VM creates the next one at once (it had run), whose template
+    // claim takes the name `vm-gpu-0` the previous run's claim holds until its release lands.
+    world
+        .schedule_at(Millis::seconds(100), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "vm".into() })
+        .unwrap();
+    world.run(Millis::seconds(130), 100_000).unwrap();
+    assert!(
+        world.metrics().counts().get("Waiting:PreviousRunReleasing").is_some_and(|n| *n >= 1),
+        "the new launcher waited for the name: {:?}",
+        world.metrics().counts()
+    );
+    // The pass that lets the old claim go leaves a pod at the gate, so its writes' echo wakes the pass that
+    // creates the new run's claim and places it: nothing else would wake the controller.
+    let vmi = world.store().vmi("tenant-a", "vm").unwrap();
+    assert_eq!(vmi.phase, VmiPhase::Running, "started again within the half minute");
+    let claim = world.store().claim("tenant-a", "vm-gpu-0").unwrap();
+    assert_eq!(claim.attached_to.as_ref().map(|run| run.uid.clone()), Some(vmi.uid.clone()));
+}

@@ -80,6 +80,15 @@ pub fn vmi_key_needed(view: &View, cached: Option<&Vmi>, incoming: &Vmi) -> bool
     })
 }
 
+/// Whether the echo of a pass's own writes needs a pass of its own, `view` being the cache with every write of that
+/// pass in. A pass takes each decision that waits on nothing whole — a second pass over the state its writes leave
+/// writes nothing (the property `the_controller_keeps_every_invariant_and_one_pass_is_enough`) — so its writes can
+/// only matter to waiters: a pod at the gate or a held claim pending, which a release lets through (a template
+/// claim's name freed once its deletion lands). With none left, the echo's pass would decide nothing.
+pub fn echo_needs_pass(view: &View) -> bool {
+    view.gated_pods().next().is_some() || view.pending_held_claims().next().is_some()
+}
+
 /// Whether a VMI's key on the queue would bring anything into a pass over `view` (the cache with the change
 /// applied): [`reconcile_changes`] reads a changed run only through its claims, so the key of a run with no claims
 /// there (a VMI just created, or deleted after its claims went) visits nothing and need not wake a pass.

@@ -555,3 +555,18 @@ fn a_vmi_key_is_needed_only_where_a_pass_would_decide_something_new() {
     assert!(vmi_key_needed(&view, Some(&running), &another_run), "another run under the same name");
     assert!(!vmi_key_needed(&view, Some(&scheduled), &scheduled), "nothing read changed");
 }
+
+#[test]
+fn the_echo_of_a_pass_needs_a_pass_only_while_something_waits() {
+    let mut view = world();
+    assert!(!echo_needs_pass(&view), "nothing waits");
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":2}]"#, H100, 2, at(0)));
+    assert!(echo_needs_pass(&view), "a pod at the gate");
+    settle(&mut view, at(1));
+    assert!(!echo_needs_pass(&view), "placed and ungated: nothing waits");
+    claim_at(&mut view, held_claim("tenant-a", "train-a", "h100", 1), 2);
+    assert!(echo_needs_pass(&view), "a held claim pending");
+    settle(&mut view, at(3));
+    assert!(!echo_needs_pass(&view), "bound: nothing waits");
+}
