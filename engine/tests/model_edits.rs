@@ -178,3 +178,53 @@ fn only_devices_a_class_publishes_are_counted_where_pods_run() {
     assert_eq!(view.capacity().used("devices.kubevirt.io/kvm", "gpu-1"), 0);
     assert_eq!(view.capacity().free("h100", "gpu-1"), Some(6));
 }
+
+/// A usage record written again: closed, opened again, moved to another claim, or only a new revision.
+#[derive(Clone, Debug)]
+enum UsageEdit {
+    Close(bool),
+    Claim(u8),
+    Revision(u8),
+}
+
+fn usage_edit() -> impl Strategy<Value = (u8, UsageEdit)> {
+    let edit = prop_oneof![
+        any::<bool>().prop_map(UsageEdit::Close),
+        (0u8..3).prop_map(UsageEdit::Claim),
+        (0u8..9).prop_map(UsageEdit::Revision),
+    ];
+    (0u8..3, edit)
+}
+
+proptest! {
+    #[test]
+    fn a_usage_record_written_again_indexes_like_remove_and_insert(edits in proptest::collection::vec(usage_edit(), 0..16)) {
+        let t0 = Time::from_second(1_800_000_000).unwrap();
+        let record = |i: u8| gpuclaim_engine::model::Usage {
+            namespace: "tenant-a".into(),
+            name: format!("usage-{i}").into(),
+            claim: format!("claim-{i}").into(),
+            start: t0,
+            ..Default::default()
+        };
+        let mut written = start();
+        for i in 0..3 {
+            written.upsert_usage(record(i));
+        }
+        let mut reinserted = written.clone();
+        for (i, edit) in &edits {
+            let mut usage = written.usage("tenant-a", &format!("usage-{i}")).unwrap().clone();
+            match edit {
+                UsageEdit::Close(closed) => usage.end = closed.then_some(t0),
+                UsageEdit::Claim(c) => usage.claim = format!("claim-{c}").into(),
+                UsageEdit::Revision(r) => usage.resource_version = r.to_string().into(),
+            }
+            written.upsert_usage(usage.clone());
+            reinserted.remove_usage(&usage.namespace, &usage.name);
+            reinserted.upsert_usage(usage.clone());
+            prop_assert_eq!(&written, &reinserted);
+            let open: Vec<_> = written.open_usages_of("tenant-a", &usage.claim).map(|u| u.name.clone()).collect();
+            prop_assert_eq!(open.contains(&usage.name), usage.end.is_none());
+        }
+    }
+}

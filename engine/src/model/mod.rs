@@ -628,6 +628,18 @@ impl View {
     }
 
     pub fn upsert_usage(&mut self, usage: Usage) {
+        // Most writes of a stored record are its close or a new revision: its claim stays, so only the open index
+        // moves, and only when the record closes (or opens again).
+        if let Some(stored) = self.usages.get_mut(usage.namespace.as_str()).and_then(|u| u.get_mut(usage.name.as_str()))
+            && stored.claim == usage.claim
+        {
+            let (was_open, open) = (stored.end.is_none(), usage.end.is_none());
+            *stored = usage;
+            if was_open != open {
+                edit_nested_set(&mut self.open_usages, &stored.namespace, &stored.claim, &stored.name, open);
+            }
+            return;
+        }
         self.remove_usage(&usage.namespace, &usage.name);
         if usage.end.is_none() {
             edit_nested_set(&mut self.open_usages, &usage.namespace, &usage.claim, &usage.name, true);
