@@ -3,8 +3,8 @@
 
 use super::actions::{ClaimStatus, EventKind, ObjectRef};
 use super::reasons::Wait;
-use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, key_of};
-use crate::model::{Claim, ClaimPhase, GpuMode, VmiPhase};
+use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, follow_to, key_of};
+use crate::model::{Claim, ClaimPhase, GpuMode};
 
 impl<'v> Pass<'v> {
     /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow; claims
@@ -60,10 +60,7 @@ impl<'v> Pass<'v> {
             return;
         }
         // A completed migration moves the run: its claims follow to the node it runs on now.
-        let running_on = run.filter(|v| v.phase == VmiPhase::Running);
-        if let Some(node) =
-            running_on.and_then(|v| v.node_name.as_ref()).filter(|n| Some(n.as_str()) != claim.node.as_deref())
-        {
+        if let Some(node) = run.and_then(|run| follow_to(claim, run)) {
             let from = claim.node.clone().unwrap_or_default();
             self.set_status(claim, attached_status(node, vmi));
             let message = format!("followed run {:?} from node {from:?} to {node:?}", vmi.name);

@@ -62,6 +62,13 @@ fn running_on(vmi: &Vmi) -> Option<&Name> {
     (vmi.phase == VmiPhase::Running).then_some(vmi.node_name.as_ref()).flatten()
 }
 
+/// The node a claim attached to `run` must follow it to: where the run runs once Running (a completed migration
+/// moved it), when that is not the claim's node. The one rule both the pass (`settle_attachment`) and the event
+/// filter ([`vmi_key_needed`]) read, so the filter never drops an update the pass would follow.
+fn follow_to<'r>(claim: &Claim, run: &'r Vmi) -> Option<&'r Name> {
+    running_on(run).filter(|node| Some(node.as_str()) != claim.node.as_deref())
+}
+
 /// Whether a VMI update needs its run's key on a controller's queue, `view` being the cache it arrives in: the
 /// update [matters](vmi_change_matters) and a pass would find claims of the run ([`run_key_visits`]); and when only
 /// where the run runs moved (the same run, not ended), a claim attached to it is bound elsewhere — following a
@@ -74,9 +81,8 @@ pub fn vmi_key_needed(view: &View, cached: Option<&Vmi>, incoming: &Vmi) -> bool
     if !same_run {
         return true;
     }
-    let Some(node) = running_on(incoming) else { return false };
     view.claims_of_run(&incoming.namespace, &incoming.name).any(|claim| {
-        claim.attached_to.as_ref().is_some_and(|run| run.name == incoming.name) && claim.node.as_ref() != Some(node)
+        claim.attached_to.as_ref().is_some_and(|run| run.name == incoming.name) && follow_to(claim, incoming).is_some()
     })
 }
 
