@@ -228,3 +228,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_upsert_says_whether_the_devices_counted_for_a_pod_moved() {
+    let mut view = two_node_cluster();
+    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, Time::from_second(1_800_000_000).unwrap());
+    raw.labels = Default::default(); // a raw-device VM's launcher: no claims cover its GPUs
+    raw.scheduling_gates.clear();
+    let mut lean = view.clone();
+    lean.keep_placement(false);
+    let mut steps = Vec::new();
+    steps.push(raw.clone()); // created, not bound: counts nothing
+    raw.node_name = Some("gpu-1".into());
+    steps.push(raw.clone()); // bound: its two units count on gpu-1
+    raw.phase = PodPhase::Running;
+    steps.push(raw.clone()); // running where it was bound: nothing moved
+    raw.phase = PodPhase::Succeeded;
+    steps.push(raw.clone()); // ended: its units are free again
+    let moved: Vec<bool> = steps.iter().map(|pod| view.upsert_pod_counting(pod.clone())).collect();
+    assert_eq!(moved, [false, true, false, true]);
+    let lean_moved: Vec<bool> = steps.into_iter().map(|pod| lean.upsert_pod_counting(pod)).collect();
+    assert_eq!(lean_moved, [false; 4], "a view that keeps objects only counts nothing");
+}

@@ -385,21 +385,27 @@ impl View {
     /// Edits a stored pod in place, re-indexing only when what an index reads changed (its gate, owner, the node
     /// it occupies, its requests, the claims label): a phase, condition or resourceVersion change costs no index work.
     pub fn edit_pod(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> bool {
-        let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
+        self.edit_pod_counting(namespace, name, edit).is_some()
+    }
+
+    /// [`View::edit_pod`], saying whether the devices counted for the pod beyond its claims moved (their node or
+    /// units; `None`: no such pod).
+    fn edit_pod_counting(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> Option<bool> {
+        let pod = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name))?;
         let before = PodIndexed::of(pod);
         edit(pod);
         let pod = &self.pods[namespace][name];
         // Devices are not part of `PodIndexed` (copying them per edit was most of an edit's cost): what matters is
         // whether the devices counted for the pod would change, and that is compared against the count itself.
         if before.is(pod) && (self.objects_only || self.counted_devices_unchanged(namespace, pod)) {
-            return true;
+            return Some(false);
         }
         let after = PodIndexed::of(pod);
         let (namespace, name) = (&pod.namespace.clone(), &pod.name.clone());
-        self.uncount_pod_devices(namespace, name);
+        let counted_before = self.uncount_pod_devices(namespace, name);
         self.reindex_pod(namespace, name, &before, &after);
         self.count_pod_devices(namespace, name);
-        true
+        Some(self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices)))
     }
 
     /// Edits a stored VMI in place (no index reads a VMI).
@@ -471,16 +477,23 @@ impl View {
     }
 
     pub fn upsert_pod(&mut self, pod: Pod) {
+        self.upsert_pod_counting(pod);
+    }
+
+    /// [`View::upsert_pod`], saying whether the devices counted for the pod beyond its claims moved (a raw-device
+    /// launcher or a migration target bound, a pod that held them ended): what a controller's event filter asks.
+    /// Always `false` on a view that keeps objects only (it counts none).
+    pub fn upsert_pod_counting(&mut self, pod: Pod) -> bool {
         if self.pod(&pod.namespace, &pod.name).is_some() {
             let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
-            self.edit_pod(&namespace, &name, |stored| *stored = pod);
-            return;
+            return self.edit_pod_counting(&namespace, &name, |stored| *stored = pod).unwrap_or(false);
         }
         let indexed = PodIndexed::of(&pod);
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         self.pods.entry(namespace.clone()).or_default().insert(name.clone(), pod);
         self.index_pod(&namespace, &name, &indexed, true);
         self.count_pod_devices(&namespace, &name);
+        self.counted_devices(&namespace, &name).is_some()
     }
 
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
@@ -593,12 +606,13 @@ impl View {
         }
     }
 
-    fn uncount_pod_devices(&mut self, namespace: &str, name: &str) {
+    /// Takes a pod's counted devices out of the index; returns what was counted (node, devices).
+    fn uncount_pod_devices(&mut self, namespace: &str, name: &str) -> Option<(Name, BTreeMap<String, u64>)> {
         if self.objects_only {
-            return;
+            return None;
         }
-        let Some(pods) = self.pod_devices.get_mut(namespace) else { return };
-        let Some((node, devices)) = pods.remove(name) else { return };
+        let pods = self.pod_devices.get_mut(namespace)?;
+        let (node, devices) = pods.remove(name)?;
         if pods.is_empty() {
             self.pod_devices.remove(namespace);
         }
@@ -606,6 +620,7 @@ impl View {
         for resource in devices.keys() {
             self.capacity.refresh_resource(resource, &self.classes, &node, self.nodes.get(&node));
         }
+        Some((node, devices))
     }
 
     /// The VMI's claims changed: its pods' own device counts change with them.

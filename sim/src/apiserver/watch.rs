@@ -202,11 +202,7 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             // devices beyond claims moved (a raw-device VM's launcher bound: the classes publish fewer free units).
             let ended_before = cache.pod(&pod.namespace, &pod.name).is_some_and(|cached| cached.phase.is_terminal());
             let acted_on = holds_placement_gate(&pod) || (pod.phase.is_terminal() && !ended_before);
-            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
-            let counted_before =
-                cache.counted_devices(&namespace, &name).map(|(node, devices)| (node.clone(), devices.clone()));
-            cache.upsert_pod(pod);
-            let moved = cache.counted_devices(&namespace, &name) != counted_before.as_ref().map(|(n, d)| (n, d));
+            let moved = cache.upsert_pod_counting(pod);
             Some(if acted_on || moved { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
