@@ -162,12 +162,18 @@ fn a_node_stands_the_same_when_only_what_placement_ignores_changed() {
     assert_ne!(view.node_standing("gpu-1"), after_pod);
 }
 
+/// A raw-device VM's launcher asking for two H100s, not bound yet: no claims cover its GPUs.
+fn raw_launcher() -> gpuclaim_engine::model::Pod {
+    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, Time::from_second(1_800_000_000).unwrap());
+    raw.labels = Default::default();
+    raw.scheduling_gates.clear();
+    raw
+}
+
 #[test]
 fn only_devices_a_class_publishes_are_counted_where_pods_run() {
     let mut view = two_node_cluster();
-    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, Time::from_second(1_800_000_000).unwrap());
-    raw.labels = Default::default(); // a raw-device VM's launcher: no claims cover its GPUs
-    raw.scheduling_gates.clear();
+    let mut raw = raw_launcher();
     raw.node_name = Some("gpu-1".into());
     std::sync::Arc::make_mut(&mut raw.devices).insert("devices.kubevirt.io/kvm".into(), 1);
     view.upsert_pod(raw);
@@ -232,9 +238,7 @@ proptest! {
 #[test]
 fn an_upsert_says_whether_the_devices_counted_for_a_pod_moved() {
     let mut view = two_node_cluster();
-    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, Time::from_second(1_800_000_000).unwrap());
-    raw.labels = Default::default(); // a raw-device VM's launcher: no claims cover its GPUs
-    raw.scheduling_gates.clear();
+    let mut raw = raw_launcher();
     let mut lean = view.clone();
     lean.keep_placement(false);
     let mut steps = Vec::new();

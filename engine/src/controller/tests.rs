@@ -451,14 +451,12 @@ fn the_two_update_variant_removes_the_gate_and_writes_the_pin_apart() {
     );
 }
 
-#[test]
-fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
-    // gpu-1 has 8 units under 8 units of claims; one device fails (7 left); then a run of 2 ends.
+/// gpu-1 with four runs of two template units each (8 of its 8), then one device failed (7 left): overbooked.
+fn overbooked_gpu_1() -> View {
     let mut view = world();
     view.upsert_quota("tenant-a", "gpu-budget", std::collections::BTreeMap::from([("h100".to_owned(), 100)]));
-    for (index, vm) in ["vm-a", "vm-b", "vm-c", "vm-d"].into_iter().enumerate() {
-        let phase = if index == 3 { VmiPhase::Succeeded } else { VmiPhase::Running };
-        view.upsert_vmi(vmi("tenant-a", vm, phase, Some("gpu-1")));
+    for vm in ["vm-a", "vm-b", "vm-c", "vm-d"] {
+        view.upsert_vmi(vmi("tenant-a", vm, VmiPhase::Running, Some("gpu-1")));
         let mut claim = fixtures::attached(held_claim("tenant-a", &format!("{vm}-gpu-0"), "h100", 2), "gpu-1", vm);
         claim.template = true;
         claim.owner_vmi = claim.attached_to.clone();
@@ -467,6 +465,14 @@ fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
     let mut node = view.node("gpu-1").unwrap().clone();
     node.devices.insert(H100.to_owned(), 7);
     view.upsert_node(node);
+    view
+}
+
+#[test]
+fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
+    // gpu-1 overbooked (8 units of claims on 7 devices); then a run of 2 ends.
+    let mut view = overbooked_gpu_1();
+    view.upsert_vmi(vmi("tenant-a", "vm-d", VmiPhase::Succeeded, Some("gpu-1")));
     view.upsert_vmi(vmi("tenant-a", "vm-e", VmiPhase::Scheduling, None));
     view.upsert_pod(gated_launcher("tenant-a", "vm-e", r#"[{"template":0,"class":"h100","count":2}]"#, H100, 2, at(1)));
     let actions = reconcile(&view, at(2));
@@ -480,20 +486,9 @@ fn units_freed_on_a_node_overbooked_by_a_device_failure_pay_its_debt_first() {
 
 #[test]
 fn a_class_publishes_units_freed_on_an_overbooked_node_as_the_next_pass_will_read_them() {
-    // gpu-1 has 8 units under 8 units of claims; one device fails (7 left); then a run of 2 ends. The release pays
-    // the node's debt first: 1 unit free there, 4 on gpu-2.
-    let mut view = world();
-    view.upsert_quota("tenant-a", "gpu-budget", std::collections::BTreeMap::from([("h100".to_owned(), 100)]));
-    for vm in ["vm-a", "vm-b", "vm-c", "vm-d"] {
-        view.upsert_vmi(vmi("tenant-a", vm, VmiPhase::Running, Some("gpu-1")));
-        let mut claim = fixtures::attached(held_claim("tenant-a", &format!("{vm}-gpu-0"), "h100", 2), "gpu-1", vm);
-        claim.template = true;
-        claim.owner_vmi = claim.attached_to.clone();
-        view.upsert_claim(claim);
-    }
-    let mut node = view.node("gpu-1").unwrap().clone();
-    node.devices.insert(H100.to_owned(), 7);
-    view.upsert_node(node);
+    // gpu-1 overbooked (8 units of claims on 7 devices); then a run of 2 ends. The release pays the node's debt
+    // first: 1 unit free there, 4 on gpu-2.
+    let mut view = overbooked_gpu_1();
     settle(&mut view, at(1));
     assert_eq!(view.class("h100").unwrap().published.free_units, 4, "gpu-1 overbooked: nothing free there");
     view.upsert_vmi(vmi("tenant-a", "vm-d", VmiPhase::Succeeded, Some("gpu-1")));
