@@ -394,8 +394,12 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     if dice.chance(25) {
         let picked = view.nodes().nth(dice.roll(6) as usize).cloned();
         let failed = 1 + dice.roll(4);
+        // A GPU resource's devices (KubeVirt's kvm, tun and vhost-net are plentiful and come first by name).
         if let Some(mut node) = picked
-            && let Some(units) = node.devices.values_mut().find(|units| **units > 1)
+            && let Some((_, units)) = node
+                .devices
+                .iter_mut()
+                .find(|(resource, units)| CLASSES.iter().any(|(_, gpu, _)| gpu == resource) && **units > 1)
         {
             *units = units.saturating_sub(u64::from(failed)).max(1);
             changes.nodes.insert(node.name.clone());
