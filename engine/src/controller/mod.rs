@@ -28,7 +28,9 @@ pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 
-use crate::model::{Claim, ClaimPhase, Class, Name, Time, View, Vmi, VmiPhase, VmiRef};
+use crate::model::{
+    Claim, ClaimPhase, Class, Name, Pod, PodPhase, Time, View, Vmi, VmiPhase, VmiRef, holds_placement_gate,
+};
 use crate::variant::Variant;
 
 /// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
@@ -84,6 +86,22 @@ pub fn vmi_key_needed(view: &View, cached: Option<&Vmi>, incoming: &Vmi) -> bool
     view.claims_of_run(&incoming.namespace, &incoming.name).any(|claim| {
         claim.attached_to.as_ref().is_some_and(|run| run.name == incoming.name) && follow_to(claim, incoming).is_some()
     })
+}
+
+/// Whether a pod update wakes a pass (pods need no key: every pass serves the whole queue): a pod at the placement
+/// gate, or one that has just ended (what it took is free for the waiters); `cached` is the phase the cache held
+/// (none: a new pod). Besides these, a pod whose devices counted beyond its claims moved wakes one too
+/// ([`View::upsert_pod_counting`] says so: a raw-device launcher or a migration target bound, so the classes publish
+/// fewer free units). A pod bound or running where it was placed wakes nothing.
+pub fn pod_change_wakes(cached: Option<PodPhase>, incoming: &Pod) -> bool {
+    let ended_before = cached.is_some_and(PodPhase::is_terminal);
+    holds_placement_gate(incoming) || (incoming.phase.is_terminal() && !ended_before)
+}
+
+/// Whether a pod's deletion wakes a pass: not once it had ended — its end freed what it took, and the garbage
+/// collector deletes it with its VMI.
+pub fn pod_deletion_wakes(cached: &Pod) -> bool {
+    !cached.phase.is_terminal()
 }
 
 /// Whether the echo of a pass's own writes needs a pass of its own, `view` being the cache with every write of that
@@ -289,6 +307,11 @@ impl<'v> Pass<'v> {
     /// Free units of `class` on `node` after this pass's decisions; `None` when the node does not offer it.
     fn free(&self, class: &Class, node: &str) -> Option<u64> {
         let indexed = self.view.capacity().free(&class.name, node)?;
+        Some(self.free_from(class, node, indexed))
+    }
+
+    /// [`Pass::free`] from the index's figure for the node (`indexed`), read by the caller.
+    fn free_from(&self, class: &Class, node: &str, indexed: u64) -> u64 {
         let delta = overlay(&self.units, &class.resource_name, node);
         if indexed == 0 && delta > 0 {
             // The index shows an overbooked node as 0 free (a device failed under its claims; a migrated run's
@@ -297,9 +320,9 @@ impl<'v> Pass<'v> {
             let allocatable = self.view.node(node).and_then(|n| n.devices.get(&class.resource_name)).copied();
             let used = self.view.capacity().used(&class.resource_name, node);
             let owed = used.saturating_sub(allocatable.unwrap_or(0));
-            return Some(delta.unsigned_abs().saturating_sub(owed));
+            return delta.unsigned_abs().saturating_sub(owed);
         }
-        Some(indexed.saturating_add_signed(delta))
+        indexed.saturating_add_signed(delta)
     }
 
     /// Units of `class` the namespace holds on nodes after this pass's decisions.

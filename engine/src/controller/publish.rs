@@ -104,7 +104,7 @@ impl Pass<'_> {
             let Some(indexed) = capacity.free(&class.name, node) else { continue };
             // As placement reads it: units freed on an overbooked node pay its debt first, so the class never
             // publishes units the next pass (reading the index with the writes in) would not see.
-            let free = self.free(class, node).unwrap_or(0);
+            let free = self.free_from(class, node, indexed);
             published.free_units = (published.free_units + free).saturating_sub(indexed);
             largest_touched = largest_touched.max(free);
             touched.insert(node.as_str());

@@ -565,3 +565,21 @@ fn the_echo_of_a_pass_needs_a_pass_only_while_something_waits() {
     settle(&mut view, at(3));
     assert!(!echo_needs_pass(&view), "bound: nothing waits");
 }
+
+#[test]
+fn a_pod_change_wakes_a_pass_at_the_gate_and_when_it_has_just_ended() {
+    use crate::model::PodPhase;
+    let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(0));
+    assert!(pod_change_wakes(None, &pod), "a new pod at the gate");
+    pod.scheduling_gates.clear();
+    pod.node_name = Some("gpu-1".into());
+    assert!(!pod_change_wakes(Some(PodPhase::Pending), &pod), "bound where it was pinned");
+    pod.phase = PodPhase::Running;
+    assert!(!pod_change_wakes(Some(PodPhase::Pending), &pod), "running");
+    pod.phase = PodPhase::Succeeded;
+    assert!(pod_change_wakes(Some(PodPhase::Running), &pod), "just ended: its units are free");
+    assert!(!pod_change_wakes(Some(PodPhase::Succeeded), &pod), "ended before: nothing new");
+    assert!(!pod_deletion_wakes(&pod), "deleted after it ended");
+    pod.phase = PodPhase::Running;
+    assert!(pod_deletion_wakes(&pod), "deleted while running: its units come free now");
+}

@@ -415,22 +415,27 @@ impl View {
         true
     }
 
-    /// Edits a stored usage record in place, re-indexing only when it opened or closed or changed claim.
+    /// Edits a stored usage record in place, re-indexing only what moved: the open-records index when it closes
+    /// (or opens again), both indexes when it names another claim.
     pub fn edit_usage(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Usage)) -> bool {
         let Some(usage) = self.usages.get_mut(namespace).and_then(|usages| usages.get_mut(name)) else {
             return false;
         };
-        let before = (usage.claim.clone(), usage.end.is_none());
+        let (claim_before, open_before) = (usage.claim.clone(), usage.end.is_none());
         edit(usage);
-        if (usage.claim.as_str(), usage.end.is_none()) == (before.0.as_str(), before.1) {
-            return true;
+        let (namespace, name, open) = (&usage.namespace, &usage.name, usage.end.is_none());
+        if usage.claim != claim_before {
+            edit_nested_set(&mut self.usages_by_claim, namespace, &claim_before, name, false);
+            edit_nested_set(&mut self.usages_by_claim, namespace, &usage.claim, name, true);
+            if open_before {
+                edit_nested_set(&mut self.open_usages, namespace, &claim_before, name, false);
+            }
+            if open {
+                edit_nested_set(&mut self.open_usages, namespace, &usage.claim, name, true);
+            }
+        } else if open != open_before {
+            edit_nested_set(&mut self.open_usages, namespace, &usage.claim, name, open);
         }
-        let edited = usage.clone();
-        (usage.claim, usage.end) = (before.0, None);
-        if !before.1 {
-            usage.end = edited.end.or(Some(edited.start));
-        }
-        self.upsert_usage(edited);
         true
     }
 
@@ -643,19 +648,12 @@ impl View {
     }
 
     pub fn upsert_usage(&mut self, usage: Usage) {
-        // Most writes of a stored record are its close or a new revision: its claim stays, so only the open index
-        // moves, and only when the record closes (or opens again).
-        if let Some(stored) = self.usages.get_mut(usage.namespace.as_str()).and_then(|u| u.get_mut(usage.name.as_str()))
-            && stored.claim == usage.claim
-        {
-            let (was_open, open) = (stored.end.is_none(), usage.end.is_none());
-            *stored = usage;
-            if was_open != open {
-                edit_nested_set(&mut self.open_usages, &stored.namespace, &stored.claim, &stored.name, open);
-            }
+        // Most writes of a stored record are its close or a new revision: edited in place.
+        if self.usage(&usage.namespace, &usage.name).is_some() {
+            let (namespace, name) = (usage.namespace.clone(), usage.name.clone());
+            self.edit_usage(&namespace, &name, |stored| *stored = usage);
             return;
         }
-        self.remove_usage(&usage.namespace, &usage.name);
         if usage.end.is_none() {
             edit_nested_set(&mut self.open_usages, &usage.namespace, &usage.claim, &usage.name, true);
         }

@@ -4,8 +4,8 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::controller::{run_key_visits, vmi_key_needed};
-use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi, holds_placement_gate};
+use gpuclaim_engine::controller::{pod_change_wakes, pod_deletion_wakes, run_key_visits, vmi_key_needed};
+use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Usage, View, Vmi};
 
 use super::Kind;
 use crate::kernel::Millis;
@@ -194,16 +194,14 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             Some(touched)
         }
         Object::Pod(pod) => {
-            if !newer(cache.pod(&pod.namespace, &pod.name).map(|p| p.resource_version.as_str()), &pod.resource_version)
-            {
+            let cached = cache.pod(&pod.namespace, &pod.name);
+            if !newer(cached.map(|p| p.resource_version.as_str()), &pod.resource_version) {
                 return None;
             }
-            // A pod at the gate, one that has just ended (what it took is free for the waiters), or one whose
-            // devices beyond claims moved (a raw-device VM's launcher bound: the classes publish fewer free units).
-            let ended_before = cache.pod(&pod.namespace, &pod.name).is_some_and(|cached| cached.phase.is_terminal());
-            let acted_on = holds_placement_gate(&pod) || (pod.phase.is_terminal() && !ended_before);
+            // The engine's event filter for pods: at the gate, just ended, or its counted devices moved.
+            let wakes = pod_change_wakes(cached.map(|cached| cached.phase), &pod);
             let moved = cache.upsert_pod_counting(pod);
-            Some(if acted_on || moved { Touched::Pod } else { Touched::Quiet })
+            Some(if wakes || moved { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
             if !newer(cache.vmi(&vmi.namespace, &vmi.name).map(|v| v.resource_version.as_str()), &vmi.resource_version)
@@ -265,11 +263,9 @@ fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) ->
             if keep(&cached.resource_version) {
                 return None;
             }
-            // A pod that had ended freed what it took then: its deletion (the garbage collector's, after its VMI)
-            // frees nothing more.
-            let ended = cached.phase.is_terminal();
+            let wakes = pod_deletion_wakes(cached);
             cache.remove_pod(&namespace, &name);
-            Some(if ended { Touched::Quiet } else { Touched::Pod })
+            Some(if wakes { Touched::Pod } else { Touched::Quiet })
         }
         Kind::Vmi => {
             if cache.vmi(&namespace, &name).is_none_or(|v| keep(&v.resource_version)) {
