@@ -1,7 +1,8 @@
 //! The process's allocator: mimalloc, entered where its fast paths are.
 //!
 //! The twin allocates and frees small objects (names, compact pods and claims) at every event; mimalloc's size-class
-//! free lists measured 25–30% faster than glibc's allocator on ref-1k (docs/performance.md). The `mimalloc` crate's
+//! free lists measured 25–30% faster than glibc's allocator on ref-1k when chosen, and still 5–8% once the twin
+//! allocated far less (d2f3b02; glibc's peak memory is a third lower: docs/performance.md). The `mimalloc` crate's
 //! allocator hands every request to `mi_malloc_aligned`, whose fast path is longer than `mi_malloc`'s and which, for
 //! any block above 1 KiB (B-tree nodes, growing vectors), over-allocates and aligns by hand. Every block of 16 bytes
 //! or more that `mi_malloc` returns is 16-byte aligned (and a smaller one is aligned to its size class, a multiple of
