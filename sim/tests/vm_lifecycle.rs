@@ -20,6 +20,11 @@ fn world(seed: u64, lines: &Lines) -> World {
 /// The table's bounds (seconds) for the delay after the n-th consecutive failure.
 const TABLE: [(u64, u64); 6] = [(10, 15), (40, 60), (90, 135), (160, 240), (250, 300), (300, 300)];
 
+/// Deletes the launcher pod of tenant-a's VM `vm` at `at`.
+fn delete_launcher_at(world: &mut World, at: Millis, vm: &str) {
+    world.schedule_at(at, Event::DeleteLauncher { namespace: "tenant-a".into(), vm: vm.into() }).unwrap();
+}
+
 #[test]
 fn a_vm_whose_launcher_keeps_disappearing_backs_off_as_kubevirt_does() {
     for seed in 1..=8 {
@@ -35,7 +40,7 @@ fn a_vm_whose_launcher_keeps_disappearing_backs_off_as_kubevirt_does() {
         // Delete the waiter's launcher every 400 s: each time a VMI exists at the gate (the longest backoff is 300 s).
         for k in 0..6u64 {
             let at = Millis::seconds(30 + 400 * k);
-            world.schedule_at(at, Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "waiter".into() }).unwrap();
+            delete_launcher_at(&mut world, at, "waiter");
         }
         world.run(Millis::seconds(2_700), 1_000_000).unwrap();
         drop(world.take_log());
@@ -72,20 +77,14 @@ fn reaching_running_clears_the_start_failures() {
     world
         .schedule_at(Millis::seconds(2), Event::CreateVm(template_vm("tenant-a", "waiter", "h100", 2).into()))
         .unwrap();
-    world
-        .schedule_at(Millis::seconds(30), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "waiter".into() })
-        .unwrap();
-    world
-        .schedule_at(Millis::seconds(60), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "waiter".into() })
-        .unwrap();
+    delete_launcher_at(&mut world, Millis::seconds(30), "waiter");
+    delete_launcher_at(&mut world, Millis::seconds(60), "waiter");
     world.run(Millis::seconds(400), 1_000_000).unwrap();
     // Two failures (the second VMI came after 10–15 s, the third after 40–60 s), then the holder stopped at ~115 s
     // and the waiter ran.
     assert_eq!(world.store().vmi("tenant-a", "waiter").unwrap().phase, VmiPhase::Running);
     // A failure now counts from one again: its delay is the first row's.
-    world
-        .schedule_at(Millis::seconds(400), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "waiter".into() })
-        .unwrap();
+    delete_launcher_at(&mut world, Millis::seconds(400), "waiter");
     world.run(Millis::seconds(500), 1_000_000).unwrap();
     drop(world.take_log());
     let records = lines.records();
@@ -133,9 +132,7 @@ fn a_vm_started_again_waits_for_its_previous_template_claim_and_the_release_echo
     assert_eq!(world.store().vmi("tenant-a", "vm").unwrap().phase, VmiPhase::Running);
     // The running launcher goes: the VMI fails and the VM creates the next one at once (it had run), whose template
     // claim takes the name `vm-gpu-0` the previous run's claim holds until its release lands.
-    world
-        .schedule_at(Millis::seconds(100), Event::DeleteLauncher { namespace: "tenant-a".into(), vm: "vm".into() })
-        .unwrap();
+    delete_launcher_at(&mut world, Millis::seconds(100), "vm");
     world.run(Millis::seconds(130), 100_000).unwrap();
     assert!(
         world.metrics().counts().get("Waiting:PreviousRunReleasing").is_some_and(|n| *n >= 1),
