@@ -163,7 +163,7 @@ impl Writer {
             }
             Action::Pin { pod, node: _, terms } => {
                 let patch = json!({"spec": {"affinity": {"nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms.as_slice()}}}}});
                 self.merge_pod(action, pod, patch).await?;
             }
             Action::SetPodWaiting { pod, precondition, waiting } => {

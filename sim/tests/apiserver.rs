@@ -197,7 +197,7 @@ fn the_controller_may_not_add_a_second_node_affinity_term_while_a_pod_is_gated()
         pod: ObjectRef::new("tenant-a", &pod.name),
         precondition: stored.resource_version.clone(),
         node: "gpu-1".into(),
-        terms,
+        terms: terms.into(),
     };
     let error = api.write(&pin, now(), CONTROLLER).unwrap_err();
     assert_eq!(error.reason(), "Invalid", "{error}");

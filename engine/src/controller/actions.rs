@@ -5,6 +5,8 @@
 //! one write per subresource; an [`Action::UpdateClaim`] with both parts is written metadata first, then status
 //! with the resourceVersion the first write returned.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
 use crate::model::{ClaimPhase, Name, Published, Reason, Time, Usage, VmiRef};
@@ -63,13 +65,13 @@ pub enum Action {
     CloseUsage { usage: ObjectRef, precondition: Name, end: Time },
     /// In one pod update: remove the placement gate and set the required node-affinity terms to `terms` (the pod's
     /// own terms with the pin appended to each).
-    PinAndUngate { pod: ObjectRef, precondition: Name, node: String, terms: Vec<NodeSelectorTerm> },
+    PinAndUngate { pod: ObjectRef, precondition: Name, node: String, terms: Arc<Vec<NodeSelectorTerm>> },
     /// Variant `two_update_pin` only: the first of two pod updates, removing the placement gate alone.
     Ungate { pod: ObjectRef, precondition: Name },
     /// Variant `two_update_pin` only: the second update, setting the pinned terms, written on the resourceVersion the
     /// [`Action::Ungate`] before it returned (a client chaining its two writes). The API server refuses it: the pod
     /// is no longer gated, so its node affinity may not change.
-    Pin { pod: ObjectRef, node: String, terms: Vec<NodeSelectorTerm> },
+    Pin { pod: ObjectRef, node: String, terms: Arc<Vec<NodeSelectorTerm>> },
     /// Write the pod's placement condition: why it still waits.
     SetPodWaiting { pod: ObjectRef, precondition: Name, waiting: Reason },
     /// Write a class's published free units.

@@ -101,7 +101,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
             pod_at(view, key, precondition)?;
             view.edit_pod(&key.namespace, &key.name, |pod| {
                 pod.scheduling_gates.retain(|gate| gate != keys::GATE_PLACEMENT);
-                pod.required_terms = Some(std::sync::Arc::new(terms.clone()));
+                pod.required_terms = Some(std::sync::Arc::clone(terms));
                 pod.resource_version = bump(&pod.resource_version);
             });
         }
@@ -117,7 +117,7 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
                 return Err(conflict("Pod", key, "not found"));
             }
             view.edit_pod(&key.namespace, &key.name, |pod| {
-                pod.required_terms = Some(std::sync::Arc::new(terms.clone()));
+                pod.required_terms = Some(std::sync::Arc::clone(terms));
                 pod.resource_version = bump(&pod.resource_version);
             });
         }
@@ -129,15 +129,15 @@ fn apply_one(view: &mut View, action: &Action, now: Time) -> Result<(), Conflict
             });
         }
         Action::PublishClass { class: name, precondition, published } => {
-            let Some(mut class) = view.class(name).cloned() else {
+            let Some(class) = view.class(name) else {
                 return Err(conflict("GPUClass", &ObjectRef::new("", name), "not found"));
             };
             if class.resource_version != *precondition {
                 return Err(conflict("GPUClass", &ObjectRef::new("", name), "resourceVersion changed"));
             }
-            class.published = *published;
-            class.resource_version = bump(&class.resource_version).to_string();
-            view.upsert_class(class);
+            // Only the status moves: written in place rather than the class copied and stored again.
+            let revision = bump(&class.resource_version).to_string();
+            view.set_class_status(name, *published, revision);
         }
         Action::Event { .. } => {}
     }

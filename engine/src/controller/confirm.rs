@@ -45,7 +45,7 @@ mod tests {
             pod: ObjectRef::new("tenant-a", pod),
             precondition: "1".into(),
             node: node.into(),
-            terms: Vec::new(),
+            terms: Default::default(),
         }
     }
 

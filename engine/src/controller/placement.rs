@@ -308,7 +308,8 @@ impl<'v> Pass<'v> {
         pinned.0 += pod.cpu_millis;
         pinned.1 += pod.memory_bytes;
         let key = ObjectRef::new(&pod.namespace, &pod.name);
-        let terms = pin_terms(pod.required_terms(), node);
+        // Shared with the pod it is written into: the store and every cache copy of the pod hold these terms.
+        let terms = std::sync::Arc::new(pin_terms(pod.required_terms(), node));
         if self.variant.two_update_pin {
             let precondition = pod.resource_version.clone();
             self.actions.push(Action::Ungate { pod: key.clone(), precondition });

@@ -248,15 +248,20 @@ impl View {
     }
 
     pub fn upsert_class(&mut self, class: Class) {
-        let placement_unchanged = self.classes.get(&class.name).is_some_and(|old| {
-            old.resource_name == class.resource_name
+        // A stored class is replaced in place: a status write (every pass that moves units publishes one) then
+        // copies no name for the key.
+        if let Some(old) = self.classes.get_mut(class.name.as_str()) {
+            let placement_unchanged = old.resource_name == class.resource_name
                 && old.node_selector == class.node_selector
-                && old.tolerations == class.tolerations
-        });
-        self.classes.insert(class.name.clone(), class);
-        if !placement_unchanged {
-            self.reindex_all();
+                && old.tolerations == class.tolerations;
+            *old = class;
+            if !placement_unchanged {
+                self.reindex_all();
+            }
+            return;
         }
+        self.classes.insert(class.name.clone(), class);
+        self.reindex_all();
     }
 
     pub fn remove_class(&mut self, name: &str) -> Option<Class> {
@@ -442,6 +447,14 @@ impl View {
     /// Sets a class's resourceVersion (no index reads it).
     pub fn set_class_resource_version(&mut self, name: &str, resource_version: String) -> bool {
         let Some(class) = self.classes.get_mut(name) else { return false };
+        class.resource_version = resource_version;
+        true
+    }
+
+    /// Sets a class's status and resourceVersion (no index reads either): a publish, written in place.
+    pub fn set_class_status(&mut self, name: &str, published: Published, resource_version: String) -> bool {
+        let Some(class) = self.classes.get_mut(name) else { return false };
+        class.published = published;
         class.resource_version = resource_version;
         true
     }
