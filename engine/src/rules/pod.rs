@@ -25,12 +25,15 @@ impl PodPatch {
         !self.add_gate && self.add_tolerations.is_empty()
     }
 
-    /// Applies the patch to the compact pod (the twin's path; the live path applies the JSON patch).
-    pub fn apply(&self, pod: &mut Pod) {
+    /// Applies the patch to the compact pod (the twin's path; the live path applies the JSON patch). Consumed: the
+    /// tolerations it adds move into the pod instead of being copied once more per launcher.
+    pub fn apply(self, pod: &mut Pod) {
         if self.add_gate {
             pod.scheduling_gates.push(keys::GATE_PLACEMENT.into());
         }
-        std::sync::Arc::make_mut(&mut pod.tolerations).extend(self.add_tolerations.iter().cloned());
+        if !self.add_tolerations.is_empty() {
+            std::sync::Arc::make_mut(&mut pod.tolerations).extend(self.add_tolerations);
+        }
     }
 }
 
