@@ -25,7 +25,7 @@ use crate::apiserver::ApiServer;
 use crate::gpu_controller::{GpuController, service_account};
 use crate::kernel::{Kernel, KernelError, Millis, RunError};
 use crate::kubevirt::start::RateLimiter;
-use crate::log::{EventLog, LogError, Record};
+use crate::log::{EventLog, LogError, LogObject, Record};
 use crate::rng::Streams;
 use crate::scheduling_queue::SchedulingQueue;
 
@@ -410,7 +410,7 @@ impl World {
     fn record(
         &mut self,
         actor: &str,
-        object: &dyn std::fmt::Display,
+        object: &dyn LogObject,
         what: &str,
         fields: &[(&str, &str)],
     ) -> Result<(), WorldError> {
@@ -422,7 +422,7 @@ impl World {
     fn refused(
         &mut self,
         actor: &str,
-        object: &dyn std::fmt::Display,
+        object: &dyn LogObject,
         what: &str,
         reason: &str,
         message: String,
