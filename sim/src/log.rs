@@ -60,6 +60,19 @@ impl LogObject for Named<'_> {
     }
 }
 
+/// A cluster-scoped object's name as the log writes it, `Kind name`.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterNamed<'a>(pub &'static str, pub &'a str);
+
+impl LogObject for ClusterNamed<'_> {
+    fn write_to(&self, out: &mut String) {
+        out.reserve(self.0.len() + self.1.len() + 1);
+        out.push_str(self.0);
+        out.push(' ');
+        out.push_str(self.1);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("failed to write event {line} to the log: {source}")]
 pub struct LogError {
@@ -288,6 +301,9 @@ mod tests {
         let mut text = String::new();
         Named("GPUClaim", "tenant-a", "vm-1-gpu-0").write_to(&mut text);
         assert_eq!(text, "GPUClaim tenant-a/vm-1-gpu-0");
+        text.clear();
+        ClusterNamed("GPUClass", "h100").write_to(&mut text);
+        assert_eq!(text, "GPUClass h100");
     }
 
     #[test]

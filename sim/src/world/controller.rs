@@ -1,7 +1,7 @@
 //! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
 //! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
 
-use crate::log::Named;
+use crate::log::{ClusterNamed, Named};
 use gpuclaim_engine::controller::{Action, ObjectRef, PinConfirmation};
 use gpuclaim_engine::model::Time;
 
@@ -209,8 +209,10 @@ impl World {
                 self.record("gpu-controller", &Named("GPUUsage", &usage.namespace, &usage.name), "Closed", &[])
             }
             Action::PublishClass { class, published, .. } => {
-                let fields: &[(&str, &str)] = &[("free", &published.free_units.to_string())];
-                self.record("gpu-controller", &format_args!("GPUClass {class}"), "Published", fields)
+                // A publish follows nearly every pass: its figure is formatted on the stack.
+                let mut free = itoa::Buffer::new();
+                let fields: &[(&str, &str)] = &[("free", free.format(published.free_units))];
+                self.record("gpu-controller", &ClusterNamed("GPUClass", class), "Published", fields)
             }
             Action::Event { .. } => Ok(()),
         }
