@@ -17,7 +17,7 @@ use crate::launcher::render_launcher;
 impl World {
     /// A tenant creates a VM (with the held claim it ordered for it, if any); the VM controller syncs it at once.
     pub(super) fn create_vm(&mut self, spec: VmSpec, ordered_claim: Option<String>) -> Result<(), WorldError> {
-        let (namespace, name) = (spec.namespace.clone(), spec.name.clone());
+        let (namespace, name) = (Name::from(&spec.namespace), Name::from(&spec.name));
         let state = VmState {
             spec,
             ordered_claim,
@@ -37,7 +37,7 @@ impl World {
     /// ran; a new one is created once the start backoff allows (the VM shows `CrashLoopBackOff` meanwhile). The VMI is
     /// rendered and created through the VMI webhook; a refused create is retried through the work queue's rate
     /// limiter (condition `Failure`, reason `FailedCreate`), which counts no start failure: no VMI existed.
-    pub(super) fn sync_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn sync_vm(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         let Some(vm) = self.vms.get(namespace, name) else { return Ok(()) };
         if vm.halted {
             return Ok(());
@@ -75,7 +75,7 @@ impl World {
             uid: ["uid-vmi-", name, "-", itoa::Buffer::new().format(self.kernel.handled())].concat().into(),
             ..Vmi::default()
         };
-        Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_owned());
+        Arc::make_mut(&mut vmi.labels).insert("kubevirt.io/domain".to_owned(), name.to_string());
         match render_vm(&vm.spec.gpus, self.claims_enabled) {
             Ok(VmRender::Nothing) => {}
             Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus.into(),
@@ -110,7 +110,7 @@ impl World {
 
     /// KubeVirt's VMI controller: the launcher pod, through the pod webhook; the VMI goes to Scheduling. A refused
     /// create is retried through the controller's rate limiter.
-    pub(super) fn create_launcher(&mut self, namespace: &str, vmi_name: &str) -> Result<(), WorldError> {
+    pub(super) fn create_launcher(&mut self, namespace: &Name, vmi_name: &Name) -> Result<(), WorldError> {
         let Some(vmi) = self.api.store().vmi(namespace, vmi_name) else { return Ok(()) };
         if vmi.phase != VmiPhase::Pending || self.api.store().vmi_pods(namespace, vmi_name).next().is_some() {
             return Ok(());
@@ -174,7 +174,7 @@ impl World {
     }
 
     /// virt-handler: the domain runs.
-    pub(super) fn vmi_running(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn vmi_running(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         let Some(vmi) = self.api.store().vmi(namespace, name) else { return Ok(()) };
         if vmi.phase != VmiPhase::Scheduled {
             return Ok(());
@@ -211,7 +211,7 @@ impl World {
     /// The tenant stops the VM (runStrategy Halted, which also clears its start failures): the VMI ends
     /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM. A VM
     /// stopped before it has a VMI (refused creates, a start backoff) is deleted at once.
-    pub(super) fn stop_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn stop_vm(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         if let Some(vm) = self.vms.get_mut(namespace, name) {
             vm.halted = true;
             vm.start_failure = None;
@@ -245,7 +245,7 @@ impl World {
 
     /// KubeVirt deletes a finished VMI. A halted VM's tenant then deletes the VM (and the held claim it ordered for
     /// it); a VM that should run gets a new VMI from the VM controller.
-    pub(super) fn delete_vmi(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn delete_vmi(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         if self.api.store().vmi(namespace, name).is_none_or(|vmi| !vmi.phase.is_final()) {
             return Ok(());
         }

@@ -5,7 +5,7 @@ use crate::log::Named;
 use std::collections::BTreeSet;
 
 use gpuclaim_engine::keys::kubevirt;
-use gpuclaim_engine::model::{Node, Pod, PodPhase, View, VmiPhase};
+use gpuclaim_engine::model::{Name, Node, Pod, PodPhase, View, VmiPhase};
 use gpuclaim_engine::scheduling::is_pinned_to;
 use rand::RngExt;
 
@@ -14,7 +14,7 @@ use crate::scheduler::{Misfit, Requested, schedule, schedule_pinned};
 
 impl World {
     /// kube-scheduler: a gated pod waits; an ungated one is bound where it fits, or parked.
-    pub(super) fn schedule_pod(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn schedule_pod(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         let Some(pod) = self.api.store().pod(namespace, name) else { return Ok(()) };
         if pod.node_name.is_some() || pod.phase.is_terminal() || self.scheduling_queue.is_parked(namespace, name) {
             return Ok(());
@@ -121,7 +121,7 @@ impl World {
     }
 
     /// The kubelet started the launcher; the VMI is Scheduled on its node.
-    pub(super) fn pod_started(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+    pub(super) fn pod_started(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         let Some(pod) = self.api.store().pod(namespace, name) else { return Ok(()) };
         if pod.phase != PodPhase::Pending {
             return Ok(());
