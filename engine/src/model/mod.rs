@@ -43,23 +43,23 @@ pub struct View {
     unavailable: BTreeSet<String>,
     /// namespace → VMI → the claims attached to that run or ordered for it (template claims' owner). Keyed in two
     /// levels (here and below) so a lookup borrows its key instead of building an owned tuple.
-    claims_by_run: Nested<Vec<Name>>,
+    claims_by_run: Nested<NameSet>,
     /// node → (namespace, claim) of the claims bound there (looked up by node only: hashed, see [`Nested`]).
     claims_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
     /// (namespace, claim) of held claims with no node that are not being deleted: the claims' queue.
     pending_held: BTreeSet<(Name, Name)>,
     /// namespace → claim → names of all its usage records, open or closed (they go with the claim).
-    usages_by_claim: Nested<Vec<Name>>,
+    usages_by_claim: Nested<NameSet>,
     /// namespace → claim → names of its open usage records (one, or two while a migration moves it). Hashed (see
     /// [`Nested`]): looked up for every claim a pass visits and on every record write; only a full pass lists it,
     /// sorted then.
-    open_usages: Nested<Vec<Name>>,
+    open_usages: Nested<NameSet>,
     capacity: Capacity,
     /// namespace → VMI → node → resource → units of the claims attached to that VMI on that node: what the VMI's
     /// pods there take through claims rather than on their own.
     vmi_claim_units: Nested<BTreeMap<Name, BTreeMap<String, u64>>>,
     /// namespace → VMI → its pods, so their device counts follow its claims.
-    pods_by_vmi: Nested<Vec<Name>>,
+    pods_by_vmi: Nested<NameSet>,
     /// node → (namespace, pod) of the pods occupying it (bound there, or pinned there once ungated): what a
     /// controller confirming a pin lists (looked up by node only: hashed).
     pods_by_node: HashMap<Name, BTreeSet<(Name, Name)>, Fixed>,
@@ -645,7 +645,7 @@ impl View {
     fn recount_vmi_pods(&mut self, namespace: &Name, vmi: &str) {
         let Some(pods) = nested(&self.pods_by_vmi, namespace, vmi) else { return };
         // Usually one pod (the launcher); a migration adds its target.
-        let pods: Vec<Name> = pods.to_vec();
+        let pods: NameSet = pods.clone();
         for pod in pods {
             self.uncount_pod_devices(namespace, &pod);
             self.count_pod_devices(namespace, &pod);
@@ -859,6 +859,10 @@ fn edit_set<V: Ord>(map: &mut HashMap<Name, BTreeSet<V>, Fixed>, key: &Name, val
 type Nested<V> = HashMap<Name, HashMap<Name, V, Fixed>, Fixed>;
 type Fixed = foldhash::fast::FixedState;
 
+/// A sorted set of names inside a [`Nested`] index: nearly always one (a run's template claim, a VMI's launcher, a
+/// claim's open record), held inline so that adding the entry allocates nothing beyond the maps themselves.
+type NameSet = smallvec::SmallVec<[Name; 1]>;
+
 /// Every value of a [`Nested`] map, in the order of `key`: what an ordered map would have listed.
 fn sorted<'a, V, K: Ord + 'a>(map: &'a Nested<V>, key: impl Fn(&'a V) -> K) -> std::vec::IntoIter<&'a V> {
     let mut all: Vec<&V> = map.values().flat_map(HashMap::values).collect();
@@ -902,7 +906,7 @@ fn prune<V>(map: &mut Nested<V>, first: &str, second: &str, is_empty: impl Fn(&V
 /// Adds or removes `value` in the set at (`first`, `second`), dropping sets and maps that become empty. The sets
 /// hold one to three names (a run's claims, a claim's usage records, a VMI's pods), so they are sorted lists: a
 /// B-tree's node for one name cost an allocation ten times its size, on every VM start.
-fn edit_nested_set(map: &mut Nested<Vec<Name>>, first: &Name, second: &Name, value: &Name, adding: bool) {
+fn edit_nested_set(map: &mut Nested<NameSet>, first: &Name, second: &Name, value: &Name, adding: bool) {
     if adding {
         let set = nested_entry(map, first, second);
         if let Err(at) = set.binary_search(value) {
