@@ -85,13 +85,17 @@ impl SchedulingQueue {
 
     /// The pod bound or went away.
     pub fn forget(&mut self, namespace: &str, pod: &str) {
+        // Asked for every pod that binds or goes; most never failed to fit, so the key is built only when some did.
+        if self.unschedulable.is_empty() && self.attempts.is_empty() {
+            return;
+        }
         let key = (namespace.to_owned(), pod.to_owned());
         self.unschedulable.remove(&key);
         self.attempts.remove(&key);
     }
 
     pub fn is_parked(&self, namespace: &str, pod: &str) -> bool {
-        self.unschedulable.contains_key(&(namespace.to_owned(), pod.to_owned()))
+        !self.unschedulable.is_empty() && self.unschedulable.contains_key(&(namespace.to_owned(), pod.to_owned()))
     }
 }
 

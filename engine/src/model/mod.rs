@@ -323,9 +323,9 @@ impl View {
 
     /// Keeps the claim lookups by run, by node and of the pending queue.
     fn list_claim(&mut self, namespace: &Name, name: &Name, claim: &ClaimIndexed, adding: bool) {
-        let mut runs: Vec<&Name> = claim.attached_to.iter().chain(claim.owner_vmi.iter()).collect();
-        runs.dedup();
-        for run in runs {
+        // The run it is attached to, and the run that ordered it when that is another (no list built per write).
+        let ordered_by = claim.owner_vmi.as_ref().filter(|owner| claim.attached_to.as_ref() != Some(*owner));
+        for run in claim.attached_to.iter().chain(ordered_by) {
             edit_nested_set(&mut self.claims_by_run, namespace, run, name, adding);
         }
         let key = || (namespace.clone(), name.clone());
@@ -448,6 +448,13 @@ impl View {
     pub fn set_class_resource_version(&mut self, name: &str, resource_version: String) -> bool {
         let Some(class) = self.classes.get_mut(name) else { return false };
         class.resource_version = resource_version;
+        true
+    }
+
+    /// Sets a pod's resourceVersion (no index reads it): an API server stamping a write it has already applied.
+    pub fn set_pod_resource_version(&mut self, namespace: &str, name: &str, resource_version: Name) -> bool {
+        let Some(pod) = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name)) else { return false };
+        pod.resource_version = resource_version;
         true
     }
 

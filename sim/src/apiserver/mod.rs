@@ -434,7 +434,7 @@ impl ApiServer {
                     return Err(ApiError::Invalid { kind: Kind::Pod, name: key.name.to_string(), invalid });
                 }
                 let revision = self.next_revision();
-                self.store.edit_pod(&key.namespace, &key.name, |pod| pod.resource_version = revision);
+                self.store.set_pod_resource_version(&key.namespace, &key.name, revision);
                 let pod = self.store.pod(&key.namespace, &key.name).expect("written above").clone();
                 Ok(vec![Change::Upsert(Object::Pod(pod))])
             }
