@@ -335,6 +335,8 @@ fn check_objects_only(lean: &View, view: &View, now: Time, actions: &[Action]) -
             "free units per node of {}",
             class
         );
+        prop_assert_eq!(built.node_count(class), kept.node_count(class), "nodes offering {}", class);
+        prop_assert_eq!(built.largest_allocatable(class), kept.largest_allocatable(class), "largest node of {}", class);
         for node in view.nodes() {
             prop_assert_eq!(built.used(resource, &node.name), kept.used(resource, &node.name));
         }

@@ -229,10 +229,7 @@ impl View {
             built.add_pod_devices(node, &devices, true);
         }
         for class in self.classes.values() {
-            // A node without the class's resource never offers it (and a fresh index has no entry to take out).
-            for node in self.nodes.iter().filter(|node| node.devices.contains_key(&class.resource_name)) {
-                built.refresh(class, &node.name, Some(node));
-            }
+            built.index_class(class, self.nodes.iter());
         }
         std::borrow::Cow::Owned(built)
     }
@@ -736,9 +733,7 @@ impl View {
         }
         self.capacity.set_resources(self.classes.values());
         for class in self.classes.values() {
-            for node in self.nodes.iter() {
-                self.capacity.refresh(class, &node.name, Some(node));
-            }
+            self.capacity.index_class(class, self.nodes.iter());
         }
         let claims: Vec<(Name, ClaimIndexed)> =
             self.claims().map(|claim| (claim.namespace.clone(), ClaimIndexed::of(claim))).collect();
