@@ -157,27 +157,28 @@ impl Capacity {
     /// build an index from objects at every sample, and most nodes tie on their free units, so each insertion
     /// compared node names).
     pub(super) fn index_class<'a>(&mut self, class: &Class, nodes: impl Iterator<Item = &'a Node>) {
-        let mut offered: Vec<(u64, Name)> = Vec::new();
-        let mut entries = Vec::new();
-        for node in nodes.filter(|node| Capacity::eligible(class, node)) {
-            let allocatable = node.devices[&class.resource_name];
-            let free = allocatable.saturating_sub(self.used(&class.resource_name, &node.name));
-            let name = Name::from(node.name.as_str());
-            entries.push((name.clone(), (free, allocatable)));
-            offered.push((free, name));
-        }
+        // (free, allocatable, node) of each node offering the class, in name order.
+        let offered: Vec<(u64, u64, Name)> = nodes
+            .filter(|node| Capacity::eligible(class, node))
+            .map(|node| {
+                let allocatable = node.devices[&class.resource_name];
+                let free = allocatable.saturating_sub(self.used(&class.resource_name, &node.name));
+                (free, allocatable, Name::from(node.name.as_str()))
+            })
+            .collect();
         let index = self.classes.entry(class.name.clone()).or_default();
         debug_assert!(index.entries.is_empty(), "a class is indexed whole only on a fresh index");
-        for (name, (free, allocatable)) in entries {
+        for (free, allocatable, name) in &offered {
             index.free_units += free;
             index.allocatable_units += allocatable;
-            *index.allocatables.entry(allocatable).or_insert(0) += 1;
-            index.entries.insert(name, (free, allocatable));
+            *index.allocatables.entry(*allocatable).or_insert(0) += 1;
+            index.entries.insert(name.clone(), (*free, *allocatable));
         }
         // A stable sort by free units keeps nodes of equal free units in name order: `by_free`'s order, so the set
         // is built from sorted input.
-        offered.sort_by_key(|(free, _)| *free);
-        index.by_free = offered.into_iter().collect();
+        let mut by_free: Vec<(u64, Name)> = offered.into_iter().map(|(free, _, name)| (free, name)).collect();
+        by_free.sort_by_key(|(free, _)| *free);
+        index.by_free = by_free.into_iter().collect();
     }
 
     /// The load of `node`, created empty if missing (its name is copied only then).

@@ -183,12 +183,12 @@ mod tests {
             admission.mutate_pod(&view, pod).unwrap();
         }
         let mut expected = h100.clone();
-        rules::mutate_pod(&view, &expected.clone()).unwrap().apply(&mut expected);
+        rules::mutate_pod(&view, &expected).unwrap().apply(&mut expected);
         assert_eq!(a, expected, "the whole pod is what the rule's patch makes of it");
         assert!(Arc::ptr_eq(&a.tolerations, &b.tolerations), "the same start and the same additions: one list");
         let mut expected_vgpu = vgpu.clone();
         expected_vgpu.tolerations = Arc::clone(&h100.tolerations);
-        rules::mutate_pod(&view, &expected_vgpu.clone()).unwrap().apply(&mut expected_vgpu);
+        rules::mutate_pod(&view, &expected_vgpu).unwrap().apply(&mut expected_vgpu);
         assert_eq!(c.tolerations, expected_vgpu.tolerations);
         assert_ne!(a.tolerations, c.tolerations, "another class's tolerations: another list");
         assert_eq!(*h100.tolerations, *launcher(r#"[]"#).tolerations, "the list the pods came with is untouched");
