@@ -7,11 +7,12 @@ COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY engine engine
 COPY sim sim
 COPY adapter adapter
+COPY reports reports
 COPY src src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin gpuclaim \
-    && cp target/release/gpuclaim /gpuclaim
+    cargo build --profile live --locked --bin gpuclaim \
+    && cp target/live/gpuclaim /gpuclaim
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /gpuclaim /usr/local/bin/gpuclaim

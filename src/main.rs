@@ -118,6 +118,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(cli.command, Command::Scenario { .. } | Command::Suite(_) | Command::Whatif(_) | Command::Sim { .. }) {
+        allocator::keep_freed_memory();
+    }
     match cli.command {
         Command::Review { objects, review, controller_namespace, pretty, show_patch } => {
             let options = review_cmd::Options { objects, review, controller_namespace, pretty, show_patch };

@@ -376,10 +376,7 @@ impl Invariants {
             return Ok(None);
         }
         if let Some(node) = &old.booked_on {
-            for (resource, units) in old.devices.iter() {
-                let booked = booked_units(&mut self.pod_devices, node, resource);
-                *booked = booked.saturating_sub(*units);
-            }
+            unbook(&mut self.pod_devices, node, &old.devices);
         }
         if let Some(uid) = &old.holds {
             for claim in old.held() {
@@ -393,9 +390,7 @@ impl Invariants {
             if old.booked_on.as_ref() != Some(node) {
                 fresh = Some((key.clone(), node.clone()));
             }
-            for (resource, units) in new.devices.iter() {
-                *booked_units(&mut self.pod_devices, node, resource) += units;
-            }
+            book(&mut self.pod_devices, node, &new.devices);
         }
         if let Some(pod) = pod.filter(|_| new.gated_role) {
             let ungated_now = old.gated && !new.gated && !pod.phase.is_terminal();
@@ -568,17 +563,32 @@ fn usage_detail(store: &View, (namespace, name): &Key) -> String {
     }
 }
 
-/// The units of `resource` booked on `node`, entered at zero when missing. The names are copied only then: a pod's
-/// every device is booked and unbooked once per pod, and copying the keys each time was most of that cost.
-fn booked_units<'a>(ledger: &'a mut Ledger<Name, BTreeMap<String, u64>>, node: &Name, resource: &str) -> &'a mut u64 {
+/// Books a pod's devices on `node`: the node's entry is found once for all of them, and names are copied only when
+/// first entered (a pod's every device is booked and unbooked once per pod, and copying the keys each time was most
+/// of that cost).
+fn book(ledger: &mut Ledger<Name, BTreeMap<String, u64>>, node: &Name, devices: &BTreeMap<String, u64>) {
     if !ledger.contains_key(node) {
         ledger.insert(node.clone(), BTreeMap::new());
     }
-    let devices = ledger.get_mut(node).expect("entered above");
-    if !devices.contains_key(resource) {
-        devices.insert(resource.to_owned(), 0);
+    let booked = ledger.get_mut(node).expect("entered above");
+    for (resource, units) in devices {
+        match booked.get_mut(resource.as_str()) {
+            Some(booked) => *booked += units,
+            None => {
+                booked.insert(resource.clone(), *units);
+            }
+        }
     }
-    devices.get_mut(resource).expect("entered above")
+}
+
+/// Takes a pod's devices off `node` (what was never booked stays at nothing).
+fn unbook(ledger: &mut Ledger<Name, BTreeMap<String, u64>>, node: &Name, devices: &BTreeMap<String, u64>) {
+    let Some(booked) = ledger.get_mut(node) else { return };
+    for (resource, units) in devices {
+        if let Some(booked) = booked.get_mut(resource.as_str()) {
+            *booked = booked.saturating_sub(*units);
+        }
+    }
 }
 
 fn add(ledger: &mut Ledger<Key, u64>, key: Key, units: u64) -> u64 {
