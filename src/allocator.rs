@@ -26,9 +26,9 @@ const OPTION_PURGE_DELAY: mi::mi_option_t = 15;
 /// Keeps the memory the process frees for its own later use instead of returning it to the system after mimalloc's
 /// one-second delay. For the batch commands (a run, a suite, a study), whose memory ends with them: a run frees and
 /// allocates at every event, and returned pages came back through a page fault and the kernel's zeroing of a fresh
-/// huge page (ref-1k: ~2,400 faults and up to 0.25 s of system time, against ~340 faults and none kept). Not for the
-/// live controller, which runs for weeks and should give back what a burst took. An operator's `MIMALLOC_PURGE_DELAY`
-/// still decides.
+/// huge page (ref-1k: up to ~2,400 faults and 0.25 s of system time; ~340 faults when nothing is given back). Not for
+/// the live controller, which runs for weeks and should give back what a burst took. An operator's
+/// `MIMALLOC_PURGE_DELAY` still decides.
 pub fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: a plain FFI call setting an option by its index.
