@@ -34,6 +34,25 @@ struct ClassIndex {
     allocatables: BTreeMap<u64, u32>,
 }
 
+impl ClassIndex {
+    /// Enters a node's (free, allocatable) in the entries and the totals (its place in `by_free` is the caller's).
+    fn enter(&mut self, name: Name, free: u64, allocatable: u64) {
+        self.entries.insert(name, (free, allocatable));
+        self.free_units += free;
+        self.allocatable_units += allocatable;
+        *self.allocatables.entry(allocatable).or_insert(0) += 1;
+    }
+}
+
+/// What `node` offers `class`, `used` units of its resource being taken there (read only for an eligible node):
+/// (free, allocatable), if it is eligible.
+fn offered(class: &Class, node: &Node, used: impl FnOnce() -> u64) -> Option<(u64, u64)> {
+    Capacity::eligible(class, node).then(|| {
+        let allocatable = node.devices[&class.resource_name];
+        (allocatable.saturating_sub(used()), allocatable)
+    })
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Capacity {
     /// Looked up by node only: hashed (see `model::Nested`).
@@ -158,25 +177,21 @@ impl Capacity {
     /// compared node names).
     pub(super) fn index_class<'a>(&mut self, class: &Class, nodes: impl Iterator<Item = &'a Node>) {
         // (free, allocatable, node) of each node offering the class, in name order.
-        let offered: Vec<(u64, u64, Name)> = nodes
-            .filter(|node| Capacity::eligible(class, node))
-            .map(|node| {
-                let allocatable = node.devices[&class.resource_name];
-                let free = allocatable.saturating_sub(self.used(&class.resource_name, &node.name));
-                (free, allocatable, Name::from(node.name.as_str()))
+        let nodes_offering: Vec<(u64, u64, Name)> = nodes
+            .filter_map(|node| {
+                let (free, allocatable) = offered(class, node, || self.used(&class.resource_name, &node.name))?;
+                Some((free, allocatable, Name::from(node.name.as_str())))
             })
             .collect();
         let index = self.classes.entry(class.name.clone()).or_default();
         debug_assert!(index.entries.is_empty(), "a class is indexed whole only on a fresh index");
-        for (free, allocatable, name) in &offered {
-            index.free_units += free;
-            index.allocatable_units += allocatable;
-            *index.allocatables.entry(*allocatable).or_insert(0) += 1;
-            index.entries.insert(name.clone(), (*free, *allocatable));
+        let mut by_free = Vec::with_capacity(nodes_offering.len());
+        for (free, allocatable, name) in nodes_offering {
+            index.enter(name.clone(), free, allocatable);
+            by_free.push((free, name));
         }
         // A stable sort by free units keeps nodes of equal free units in name order: `by_free`'s order, so the set
         // is built from sorted input.
-        let mut by_free: Vec<(u64, Name)> = offered.into_iter().map(|(free, _, name)| (free, name)).collect();
         by_free.sort_by_key(|(free, _)| *free);
         index.by_free = by_free.into_iter().collect();
     }
@@ -223,10 +238,7 @@ fn refresh_class(
     node: Option<&Node>,
     used: u64,
 ) {
-    let offered = node.filter(|node| Capacity::eligible(class, node)).map(|node| {
-        let allocatable = node.devices[&class.resource_name];
-        (allocatable.saturating_sub(used), allocatable)
-    });
+    let offered = node.and_then(|node| offered(class, node, || used));
     if !classes.contains_key(&class.name) {
         classes.insert(class.name.clone(), ClassIndex::default());
     }
@@ -259,10 +271,7 @@ fn refresh_class(
     if let Some((free, allocatable)) = offered {
         let name = Name::from(node_name);
         index.by_free.insert((free, name.clone()));
-        index.entries.insert(name, (free, allocatable));
-        index.free_units += free;
-        index.allocatable_units += allocatable;
-        *index.allocatables.entry(allocatable).or_insert(0) += 1;
+        index.enter(name, free, allocatable);
     }
 }
 
