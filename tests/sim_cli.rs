@@ -36,9 +36,8 @@ fn the_same_scenario_and_seed_give_the_same_log_in_two_processes() {
 
 #[test]
 fn the_log_written_is_the_log_hashed() {
-    let dir = std::env::temp_dir().join(format!("gpuclaim-sim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let events = dir.join("events.jsonl");
+    let dir = tempfile::Builder::new().prefix("gpuclaim-sim-cli-").tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
     let run =
         stats(&["sim", "run", "scenarios/examples/small.yaml", "--stats", "--events-out", events.to_str().unwrap()]);
     let bytes = std::fs::read(&events).unwrap();
@@ -51,14 +50,12 @@ fn the_log_written_is_the_log_hashed() {
     use sha2::Digest;
     let digest: String = sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(run["event_log_sha256"], digest.as_str());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_bad_scenario_exits_2_naming_the_field() {
-    let dir = std::env::temp_dir().join(format!("gpuclaim-sim-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("bad.yaml");
+    let dir = tempfile::Builder::new().prefix("gpuclaim-sim-bad-").tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
     std::fs::write(
         &file,
         "name: bad\nduration: 1h\ncluster: {classes: [], nodes: [{prefix: n, count: two, cpu: '1', memory: 1Gi}]}\n",
@@ -68,7 +65,6 @@ fn a_bad_scenario_exits_2_naming_the_field() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("field cluster.nodes[0].count: invalid type: string \"two\""), "{stderr}");
     assert!(stderr.contains("bad.yaml"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

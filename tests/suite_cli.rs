@@ -13,16 +13,15 @@ fn gpuclaim(args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpuclaim-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory, removed when the test is done with it (failed or not).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("gpuclaim-{name}-")).tempdir().unwrap()
 }
 
 #[test]
 fn the_suite_passes_with_a_row_per_scenario_variant_and_seed_and_writes_junit() {
     let dir = temp_dir("suite-junit");
-    let junit = dir.join("suite.xml");
+    let junit = dir.path().join("suite.xml");
     let (code, stdout, stderr) = gpuclaim(&["suite", "--junit", junit.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" pass ")).collect();
@@ -37,13 +36,12 @@ fn the_suite_passes_with_a_row_per_scenario_variant_and_seed_and_writes_junit() 
     assert!(xml.contains("<testsuite name=\"scenarios/suite/02-start-backoff-avoidance\""), "{xml}");
     assert!(xml.contains("<testcase name=\"refuse-at-admission seed 1\""), "{xml}");
     assert!(!xml.contains("<failure"), "{xml}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_rule_flipped_fails_the_suite_naming_the_scenario_the_invariant_and_the_replay() {
     let dir = temp_dir("suite-flip");
-    let junit = dir.join("flip.xml");
+    let junit = dir.path().join("flip.xml");
     let (code, stdout, _) = gpuclaim(&["suite", "--variant", "two-update-pin", "--junit", junit.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{stdout}");
     let failure = stdout
@@ -65,7 +63,6 @@ fn a_rule_flipped_fails_the_suite_naming_the_scenario_the_invariant_and_the_repl
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<failure message=\"invariant UngatedWithoutPin broken after event "), "{xml}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -166,14 +163,13 @@ fn bad_scenario_files_exit_2_naming_file_field_and_reason() {
     ];
     for (index, (from, to, message)) in cases.iter().enumerate() {
         assert!(base.contains(from), "case {index}: {from}");
-        let file = dir.join(format!("bad-{index}.yaml"));
+        let file = dir.path().join(format!("bad-{index}.yaml"));
         std::fs::write(&file, base.replacen(from, to, 1)).unwrap();
         let (code, _, stderr) = gpuclaim(&["scenario", "run", file.to_str().unwrap()]);
         assert_eq!(code, Some(2), "case {index}: {stderr}");
         assert!(stderr.contains(&format!("scenario {}: {message}", file.display())), "case {index}: {stderr}");
     }
-    let (code, _, stderr) = gpuclaim(&["suite", dir.join("missing").to_str().unwrap()]);
+    let (code, _, stderr) = gpuclaim(&["suite", dir.path().join("missing").to_str().unwrap()]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("cannot list"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -14,16 +14,13 @@ use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::scenario::parse_scenario;
 use gpuclaim_sim::world::World;
 
-/// A fresh directory for one test's files.
-fn dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpuclaim-import-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory for one test's files, removed when the test is done with it.
+fn dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("gpuclaim-import-{test}-")).tempdir().unwrap()
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
+fn write(dir: impl AsRef<Path>, name: &str, text: &str) -> PathBuf {
+    let path = dir.as_ref().join(name);
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -275,7 +272,7 @@ fn bad_rows_name_file_line_and_column() {
     let twice = write(&dir, "twice-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,0,\nn0,1,1,0,\n");
     let error = import_openb(&OpenbOptions::new(&twice, &pods)).unwrap_err().to_string();
     assert_eq!(error, format!("{}:3: column 1 (sn): node \"n0\" again (first on line 2)", twice.display()));
-    let missing = dir.join("absent.csv");
+    let missing = dir.path().join("absent.csv");
     match import_openb(&OpenbOptions::new(&missing, &pods)).unwrap_err() {
         ImportError::File { file, reason } => {
             assert_eq!(file, missing.display().to_string());
