@@ -12,6 +12,7 @@ mod objects;
 mod tenant;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 pub use capacity::{Capacity, NodeLoad};
 pub use name::Name;
@@ -395,11 +396,21 @@ impl View {
     fn edit_pod_counting(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Pod)) -> Option<bool> {
         let pod = self.pods.get_mut(namespace).and_then(|pods| pods.get_mut(name))?;
         let before = PodIndexed::of(pod);
+        // The count of its devices reads, beside what `PodIndexed` holds, the devices (shared, never edited in
+        // place: a new pod version from a watch or a write carries the same allocation) and the claims label. The
+        // rest it reads (its VMI's claim units there, which resources classes publish) recounts the pod when it
+        // changes, so with these two the same, the count stands without being worked out again.
+        let counted_inputs =
+            (!self.objects_only).then(|| (Arc::clone(&pod.devices), Arc::clone(&pod.labels), is_claims_pod(pod)));
         edit(pod);
         let pod = &self.pods[namespace][name];
+        let counted_inputs_same = counted_inputs.is_none_or(|(devices, labels, claims_pod)| {
+            Arc::ptr_eq(&devices, &pod.devices)
+                && (Arc::ptr_eq(&labels, &pod.labels) || claims_pod == is_claims_pod(pod))
+        });
         // Devices are not part of `PodIndexed` (copying them per edit was most of an edit's cost): what matters is
         // whether the devices counted for the pod would change, and that is compared against the count itself.
-        if before.is(pod) && (self.objects_only || self.counted_devices_unchanged(namespace, pod)) {
+        if before.is(pod) && (counted_inputs_same || self.counted_devices_unchanged(namespace, pod)) {
             return Some(false);
         }
         let after = PodIndexed::of(pod);
