@@ -204,13 +204,13 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             Some(if wakes || moved { Touched::Pod } else { Touched::Quiet })
         }
         Object::Vmi(vmi) => {
-            if !newer(cache.vmi(&vmi.namespace, &vmi.name).map(|v| v.resource_version.as_str()), &vmi.resource_version)
-            {
+            let cached = cache.vmi(&vmi.namespace, &vmi.name);
+            if !newer(cached.map(|v| v.resource_version.as_str()), &vmi.resource_version) {
                 return None;
             }
             // Phases on the way to Running, a run with no claims, a launcher running where its claims are: no
             // decision moves (the engine's `vmi_key_needed`), so the VMI goes into the cache without a key.
-            let needed = vmi_key_needed(cache, cache.vmi(&vmi.namespace, &vmi.name), &vmi);
+            let needed = vmi_key_needed(cache, cached, &vmi);
             let touched = if needed { Touched::Vmi(vmi.namespace.clone(), vmi.name.clone()) } else { Touched::Quiet };
             cache.upsert_vmi(vmi);
             Some(touched)
