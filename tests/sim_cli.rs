@@ -36,7 +36,7 @@ fn the_same_scenario_and_seed_give_the_same_log_in_two_processes() {
 
 #[test]
 fn the_log_written_is_the_log_hashed() {
-    let dir = tempfile::Builder::new().prefix("gpuclaim-sim-cli-").tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
     let run =
         stats(&["sim", "run", "scenarios/examples/small.yaml", "--stats", "--events-out", events.to_str().unwrap()]);
@@ -54,7 +54,7 @@ fn the_log_written_is_the_log_hashed() {
 
 #[test]
 fn a_bad_scenario_exits_2_naming_the_field() {
-    let dir = tempfile::Builder::new().prefix("gpuclaim-sim-bad-").tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.yaml");
     std::fs::write(
         &file,

@@ -13,14 +13,9 @@ fn gpuclaim(args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
-/// A fresh directory, removed when the test is done with it (failed or not).
-fn temp_dir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("gpuclaim-{name}-")).tempdir().unwrap()
-}
-
 #[test]
 fn the_suite_passes_with_a_row_per_scenario_variant_and_seed_and_writes_junit() {
-    let dir = temp_dir("suite-junit");
+    let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("suite.xml");
     let (code, stdout, stderr) = gpuclaim(&["suite", "--junit", junit.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
@@ -40,7 +35,7 @@ fn the_suite_passes_with_a_row_per_scenario_variant_and_seed_and_writes_junit() 
 
 #[test]
 fn a_rule_flipped_fails_the_suite_naming_the_scenario_the_invariant_and_the_replay() {
-    let dir = temp_dir("suite-flip");
+    let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("flip.xml");
     let (code, stdout, _) = gpuclaim(&["suite", "--variant", "two-update-pin", "--junit", junit.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{stdout}");
@@ -123,7 +118,7 @@ fn a_failed_expectation_names_itself_and_what_was_seen() {
 
 #[test]
 fn bad_scenario_files_exit_2_naming_file_field_and_reason() {
-    let dir = temp_dir("suite-bad");
+    let dir = tempfile::tempdir().unwrap();
     let base = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/suite/03-pin-and-ungate-in-one-update.yaml"),
     )

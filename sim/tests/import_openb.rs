@@ -14,11 +14,6 @@ use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::scenario::parse_scenario;
 use gpuclaim_sim::world::World;
 
-/// A fresh directory for one test's files, removed when the test is done with it.
-fn dir(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("gpuclaim-import-{test}-")).tempdir().unwrap()
-}
-
 fn write(dir: impl AsRef<Path>, name: &str, text: &str) -> PathBuf {
     let path = dir.as_ref().join(name);
     std::fs::write(&path, text).unwrap();
@@ -48,8 +43,8 @@ p-t4,4000,8192,2,1000,T4,Guaranteed,Pending,180,300,
 p-cpu,2000,4096,0,0,,Burstable,Failed,240,840,250
 ";
 
-fn import(test: &str, nodes: &str, pods: &str, tune: impl FnOnce(&mut OpenbOptions)) -> Result<Imported, ImportError> {
-    let dir = dir(test);
+fn import(nodes: &str, pods: &str, tune: impl FnOnce(&mut OpenbOptions)) -> Result<Imported, ImportError> {
+    let dir = tempfile::tempdir().unwrap();
     let mut options = OpenbOptions::new(write(&dir, "nodes.csv", nodes), write(&dir, "pods.csv", pods));
     tune(&mut options);
     import_openb(&options)
@@ -92,7 +87,7 @@ type ClassRow<'a> = (&'a str, &'a str, &'a str, u32, Vec<(&'a str, &'a str)>);
 
 #[test]
 fn every_column_maps_onto_vms_classes_and_nodes() {
-    let imported = import("columns", NODES, &format!("{HEADER}{PODS}"), |_| {}).unwrap();
+    let imported = import(NODES, &format!("{HEADER}{PODS}"), |_| {}).unwrap();
     assert_eq!(
         imported.vms,
         vec![
@@ -198,7 +193,7 @@ fn every_column_maps_onto_vms_classes_and_nodes() {
 
 #[test]
 fn bad_rows_name_file_line_and_column() {
-    let dir = dir("bad");
+    let dir = tempfile::tempdir().unwrap();
     let nodes = write(&dir, "nodes.csv", NODES);
     let check = |name: &str, pods: &str, expected: &str| {
         let pods = write(&dir, name, &format!("{HEADER}{pods}"));
@@ -298,7 +293,7 @@ fn shared_gpus_take_the_smallest_profile_that_fits_or_a_whole_gpu() {
         "{HEADER}s-eighth,1000,1024,1,110,,LS,Running,0,,\ns-quarter,1000,1024,1,250,,LS,Running,0,,\n\
          s-half,1000,1024,1,460,,LS,Running,0,,\ns-full,1000,1024,1,810,,LS,Running,0,,\nw,1000,1024,1,1000,,LS,Running,0,,\n"
     );
-    let imported = import("shared", &nodes, &pods, |_| {}).unwrap();
+    let imported = import(&nodes, &pods, |_| {}).unwrap();
     let classes: Vec<&str> = imported.vms.iter().map(|vm| vm.gpu.as_ref().unwrap().0.as_str()).collect();
     assert_eq!(classes, ["vgpu-eighth-any", "vgpu-quarter-any", "vgpu-half-any", "vgpu-full-any", "gpu-any"]);
     // GPU-time asked: 1/8, 1/4, 1/2, 1 and 1 (of 2.875): of 32 nodes, 1.39 eighth, 2.78 quarter, 5.57 half, 11.13
@@ -319,14 +314,14 @@ fn shared_gpus_take_the_smallest_profile_that_fits_or_a_whole_gpu() {
     let few: String = std::iter::once("sn,cpu_milli,memory_mib,gpu,model\n".to_owned())
         .chain((0..2).map(|n| format!("n{n},64000,262144,1,A10\n")))
         .collect();
-    let imported = import("folded", &few, &pods, |_| {}).unwrap();
+    let imported = import(&few, &pods, |_| {}).unwrap();
     let classes: Vec<&str> = imported.vms.iter().map(|vm| vm.gpu.as_ref().unwrap().0.as_str()).collect();
     assert_eq!(classes, ["vgpu-full-any", "vgpu-full-any", "vgpu-full-any", "vgpu-full-any", "gpu-any"]);
     assert_eq!(imported.summary["profile_eighth_folded_into_larger"], 1);
     assert_eq!(imported.summary["profile_half_folded_into_larger"], 1);
 
     // As whole GPUs: every GPU task takes one passthrough GPU; no vGPU class, tenants not entitled.
-    let imported = import("whole", &nodes, &pods, |o| o.shared = SharedGpus::Whole).unwrap();
+    let imported = import(&nodes, &pods, |o| o.shared = SharedGpus::Whole).unwrap();
     assert!(imported.vms.iter().all(|vm| vm.gpu == Some(("gpu-any".to_owned(), 1))));
     assert_eq!(imported.classes.len(), 1);
     assert_eq!(imported.summary["vms_shared_as_whole_gpu"], 4);
@@ -341,7 +336,7 @@ fn window_time_scale_and_sampling() {
          t2,1000,1024,1,1000,,LS,Running,200,260,200\nt3,1000,1024,0,0,,BE,Running,300,,300\n\
          t4,1000,1024,0,0,,LS,Running,400,450,400\n"
     );
-    let imported = import("window", NODES, &pods, |o| {
+    let imported = import(NODES, &pods, |o| {
         o.window = (150, Some(350));
         o.time_scale = 0.5;
     })
@@ -357,13 +352,13 @@ fn window_time_scale_and_sampling() {
     assert_eq!(starts, 3);
 
     // Deletions ignored (the FGD simulator's reading): every task runs to the end.
-    let imported = import("forever", NODES, &pods, |o| o.ignore_deletion = true).unwrap();
+    let imported = import(NODES, &pods, |o| o.ignore_deletion = true).unwrap();
     assert!(imported.vms.iter().all(|vm| vm.lifetime_ms.is_none()));
     assert_eq!(imported.summary["vms_running_to_the_end"], 5);
     assert_eq!(imported.duration_ms, 4_000_000, "the last creation (400 s) and an hour");
 
     // Every second row, from the first.
-    let imported = import("every", NODES, &pods, |o| o.sample = 2).unwrap();
+    let imported = import(NODES, &pods, |o| o.sample = 2).unwrap();
     let names: Vec<&str> = imported.vms.iter().map(|vm| vm.name.as_str()).collect();
     assert_eq!(names, ["t0", "t2", "t4"]);
     assert_eq!(imported.summary["dropped_by_sample"], 2);
@@ -373,7 +368,7 @@ fn window_time_scale_and_sampling() {
         .chain((0..400).map(|n| format!("m{n},1000,1024,0,0,,LS,Running,{n},,\n")))
         .collect();
     let seeded = |seed: u64| -> Vec<String> {
-        let imported = import(&format!("seeded-{seed}"), NODES, &many, |o| {
+        let imported = import(NODES, &many, |o| {
             o.sample = 4;
             o.sample_seed = Some(seed);
         })
@@ -390,7 +385,7 @@ fn window_time_scale_and_sampling() {
 fn without_times_tasks_arrive_a_second_apart_and_run_to_the_end() {
     // multigpu50's columns: no gpu_spec, qos, phase or times.
     let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,2,1000\nc,1000,1024,0,0\n";
-    let imported = import("untimed", NODES, pods, |_| {}).unwrap();
+    let imported = import(NODES, pods, |_| {}).unwrap();
     let timed: Vec<(&str, &str, u64, Option<u64>)> =
         imported.vms.iter().map(|vm| (vm.name.as_str(), vm.tenant.as_str(), vm.at_ms, vm.lifetime_ms)).collect();
     assert_eq!(timed, [("a", "openb", 0, None), ("b", "openb", 1_000, None), ("c", "openb", 2_000, None)]);
@@ -401,7 +396,7 @@ fn without_times_tasks_arrive_a_second_apart_and_run_to_the_end() {
 
 #[test]
 fn node_lists_alone_give_a_cluster_shape() {
-    let dir = dir("nodes");
+    let dir = tempfile::tempdir().unwrap();
     let spot = write(
         &dir,
         "node_info_df.csv",

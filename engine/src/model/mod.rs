@@ -251,9 +251,10 @@ impl View {
         // A stored class is replaced in place: a status write (every pass that moves units publishes one) then
         // copies no name for the key.
         if let Some(old) = self.classes.get_mut(class.name.as_str()) {
-            // The shared maps are compared by address first: a status write carries the stored ones.
+            // A status write carries the stored shared maps. `Arc`'s `==` already compares addresses first when
+            // the contents are `Eq` (the selector); tolerations are only `PartialEq`, so that is done here.
             let placement_unchanged = old.resource_name == class.resource_name
-                && (Arc::ptr_eq(&old.node_selector, &class.node_selector) || old.node_selector == class.node_selector)
+                && old.node_selector == class.node_selector
                 && (Arc::ptr_eq(&old.tolerations, &class.tolerations) || old.tolerations == class.tolerations);
             *old = class;
             if !placement_unchanged {
