@@ -22,7 +22,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
 
     let (name, text) = read_review(options.review.as_deref())?;
     let review: serde_json::Value =
-        serde_yaml_ng::from_str(&text).map_err(|e| anyhow!("review {name}: not valid JSON or YAML: {e}"))?;
+        gpuclaim_engine::yaml::from_str(&text).map_err(|e| anyhow!("review {name}: not valid JSON or YAML: {e}"))?;
     let (response, outcome) = answer_review(&objects.view, &review).map_err(|e| anyhow!("review {name}: {e}"))?;
 
     let out = if options.pretty { serde_json::to_string_pretty(&response) } else { serde_json::to_string(&response) };

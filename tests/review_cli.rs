@@ -617,8 +617,76 @@ fn order_carrying_the_template_mark_from_a_tenant_is_refused() {
         "TemplateMarkForbidden",
         concat!(
             "label gpu.cozystack.io/template-claim is reserved for the GPU controller; ",
-            r#""alice@example.com" may not set it"#
+            r#""alice@example.com" may not set, change or remove it"#
         ),
+    );
+}
+
+#[test]
+fn update_raising_a_bound_claims_count_is_refused_as_spec_immutable() {
+    // train-a was ordered (1 unit, within tenant-a's budget of 4) and bound; raising it to 8 would take 7 units
+    // no check has seen.
+    assert_refused(
+        &review("order-update-raises-count.json"),
+        &request_of("order-update-raises-count.json"),
+        403,
+        "SpecImmutable",
+        "spec.count is immutable (1 -> 8): a claim's class and count were judged when it was ordered; delete it and \
+         order a new one",
+    );
+}
+
+#[test]
+fn update_switching_a_claims_class_is_refused_as_spec_immutable() {
+    let mut review = read_json(&review_file("order-update-raises-count.json"));
+    review["request"]["object"]["spec"] = json!({"className": "a100-40c", "count": 1});
+    assert_refused(
+        &review_stdin(&review),
+        &review["request"],
+        403,
+        "SpecImmutable",
+        r#"spec.className is immutable ("h100" -> "a100-40c"): a claim's class and count were judged when it was ordered; delete it and order a new one"#,
+    );
+}
+
+#[test]
+fn update_that_keeps_the_spec_is_allowed_without_judging_the_order_again() {
+    // tenant-a's own label on its claim; the claim would not fit the budget if ordered now at count 8, but its
+    // count stays 1 and nothing is judged again.
+    let mut review = read_json(&review_file("order-update-raises-count.json"));
+    review["request"]["object"] = review["request"]["oldObject"].clone();
+    review["request"]["object"]["metadata"]["labels"] = json!({"team": "vision"});
+    assert_allowed_unchanged(&review_stdin(&review), &review["request"]);
+}
+
+#[test]
+fn update_removing_the_template_mark_by_a_tenant_is_refused() {
+    let mut review = read_json(&review_file("order-update-raises-count.json"));
+    review["request"]["oldObject"]["metadata"]["labels"] = json!({"gpu.cozystack.io/template-claim": "true"});
+    review["request"]["object"] = review["request"]["oldObject"].clone();
+    review["request"]["object"]["metadata"]["labels"] = json!({"gpu.cozystack.io/template-claim": "false"});
+    assert_refused(
+        &review_stdin(&review),
+        &review["request"],
+        403,
+        "TemplateMarkForbidden",
+        concat!(
+            "label gpu.cozystack.io/template-claim is reserved for the GPU controller; ",
+            r#""alice@example.com" may not set, change or remove it"#
+        ),
+    );
+}
+
+#[test]
+fn update_without_the_stored_object_is_an_input_error() {
+    let mut review = read_json(&review_file("order-update-raises-count.json"));
+    review["request"]["oldObject"] = Value::Null;
+    let run = review_stdin(&review);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("field request.oldObject: missing (an UPDATE carries the stored object)"),
+        "{}",
+        run.stderr
     );
 }
 
@@ -962,6 +1030,7 @@ fn every_example_review_answers_as_the_readme_says() {
         ("order-allowed.json", "order webhook: allowed"),
         ("order-budget-exceeded.json", "order webhook: denied (BudgetExceeded)"),
         ("order-not-entitled.json", "order webhook: denied (NotEntitled)"),
+        ("order-update-raises-count.json", "order webhook: denied (SpecImmutable)"),
         ("pod-launcher-trainer.json", "pod webhook: allowed with patch"),
         ("pod-migration-target-inference-0.json", "pod webhook: allowed"),
         ("vmi-trainer.json", "vmi webhook: allowed with patch"),

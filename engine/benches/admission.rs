@@ -8,7 +8,7 @@ use gpuclaim_engine::convert::{pod_from_json, vmi_from_json};
 use gpuclaim_engine::fixtures::{self, held_claim};
 use gpuclaim_engine::model::View;
 use gpuclaim_engine::review::answer_review;
-use gpuclaim_engine::rules::{admit_vmi, mutate_pod, validate_order};
+use gpuclaim_engine::rules::{Order, admit_vmi, mutate_pod, validate_order};
 use serde_json::{Value, json};
 
 const NODES: usize = 1_000;
@@ -49,8 +49,8 @@ fn pod_webhook_compact(bencher: Bencher) {
 #[divan::bench]
 fn order_webhook_compact(bencher: Bencher) {
     let claim = held_claim("tenant-0200", "new", "h100", 2);
-    assert!(validate_order(&WORLD, &claim, "alice").is_ok());
-    bencher.bench(|| validate_order(black_box(&WORLD), black_box(&claim), black_box("alice")));
+    assert!(validate_order(&WORLD, Order::Create(&claim), "alice").is_ok());
+    bencher.bench(|| validate_order(black_box(&WORLD), Order::Create(black_box(&claim)), black_box("alice")));
 }
 
 fn review(kind: Value, resource: &str, object: Value) -> Value {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube_derive::CustomResource;
+use kube_derive::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -72,8 +72,12 @@ pub struct GPUClassStatus {
     pub largest_free_on_node: u64,
 }
 
+/// What the API server answers a GPUClaim update that changes the spec (the CRD's transition rule).
+pub const SPEC_IMMUTABLE_MESSAGE: &str =
+    "spec is immutable: a claim's class and count were judged when it was ordered; delete it and order a new one";
+
 /// A tenant's order for GPUs of one class, bound to one node.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "gpu.cozystack.io",
     version = "v1alpha1",
@@ -94,6 +98,13 @@ pub struct GPUClassStatus {
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.nodeName"}"#
 )]
 #[serde(rename_all = "camelCase")]
+// The spec is immutable (DESIGN.md §3, `SpecImmutable`): the order webhook judged it when the claim was created,
+// and the controller never looks at a bound claim's spec again. The API server refuses a change by this rule
+// before any webhook is called; the order webhook refuses it too, for a cluster whose CRD is older.
+#[x_kube(
+    crates(kube_core = "::kube_core", schemars = "::schemars", serde = "::serde", serde_json = "::serde_json"),
+    validation = Rule::new("self == oldSelf").message(Message::Message(SPEC_IMMUTABLE_MESSAGE.into())).reason(Reason::FieldValueForbidden)
+)]
 pub struct GPUClaimSpec {
     pub class_name: String,
     #[schemars(range(min = 1))]

@@ -41,8 +41,14 @@ pub const LABEL_VGPU_ENTITLED: &str = "gpu.cozystack.io/vgpu-entitled";
 pub const SETTINGS_CONFIGMAP: &str = "gpu-claims-settings";
 /// The namespace the chart installs the controller in, unless told otherwise; the settings ConfigMap lives there.
 pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "cozy-gpuclaim";
-/// Settings key: the user (`system:serviceaccount:<ns>:<name>`) allowed to create template claims.
-pub const SETTINGS_TEMPLATE_CLAIM_CREATOR: &str = "templateClaimCreator";
+/// Settings key: the user the controller acts as (`system:serviceaccount:<ns>:<name>`): the only one allowed to
+/// write the template mark, and trusted by the admission policies with what only the controller writes.
+pub const SETTINGS_CONTROLLER_USER: &str = "controllerUser";
+/// Settings key: KubeVirt's controllers' users, comma-separated (they copy the attachments annotation onto the
+/// launcher and update VMIs); the admission policies trust them.
+pub const SETTINGS_KUBEVIRT_USERS: &str = "kubevirtUsers";
+/// Settings key: the platform administrators' groups, comma-separated: they alone set [`LABEL_VGPU_ENTITLED`].
+pub const SETTINGS_PLATFORM_ADMIN_GROUPS: &str = "platformAdminGroups";
 /// The platform's cluster-wide values block, and the switch in it that enables claim references in the VM render.
 pub const CLUSTER_VALUES: &str = "_cluster";
 pub const CLUSTER_SWITCH: &str = "gpu-claims-enabled";

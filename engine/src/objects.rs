@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::api::{GPUClaim, GPUClass, GPUUsage};
 use crate::convert::{self, ConvertError};
 use crate::keys;
+use crate::message::readable;
 use crate::model::View;
 
 /// The most documents one manifest file may hold (a `List`'s items count one each).
@@ -64,9 +65,9 @@ impl fmt::Display for ObjectsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "document {}", self.document)?;
         if let Some(object) = &self.object {
-            write!(f, " ({object})")?;
+            write!(f, " ({})", readable(object))?;
         }
-        write!(f, ": field {}: {}", self.field, self.reason)
+        write!(f, ": field {}: {}", readable(&self.field), readable(&self.reason))
     }
 }
 
@@ -85,8 +86,8 @@ pub struct Objects {
 pub fn load_objects(text: &str, controller_namespace: &str) -> Result<Objects, ObjectsError> {
     let mut objects = Objects::default();
     let mut document = 0;
-    for yaml in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(yaml).map_err(|e| ObjectsError {
+    for value in crate::yaml::documents(text) {
+        let value = value.map_err(|e| ObjectsError {
             document: document + 1,
             object: None,
             field: "(document)".to_owned(),
@@ -224,7 +225,7 @@ mod tests {
              - {{apiVersion: v1, kind: Namespace, metadata: {{name: t, labels: {{gpu.cozystack.io/vgpu-entitled: 'true'}}}}}}\n\
              - {{apiVersion: v1, kind: ResourceQuota, metadata: {{name: q, namespace: t}}, spec: {{hard: {{requests.gpu.cozystack.io/h100: '2'}}}}}}\n\
              - {{apiVersion: gpu.cozystack.io/v1alpha1, kind: GPUClaim, metadata: {{name: c, namespace: t}}, spec: {{className: h100, count: 1}}}}\n\
-             - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: gpu-claims-settings, namespace: cozy-gpu}}, data: {{templateClaimCreator: 'system:serviceaccount:cozy-gpu:gpuclaim'}}}}\n"
+             - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: gpu-claims-settings, namespace: cozy-gpu}}, data: {{controllerUser: 'system:serviceaccount:cozy-gpu:gpuclaim'}}}}\n"
         );
         let objects = load_objects(&text, NS).unwrap();
         let view = &objects.view;
@@ -232,7 +233,7 @@ mod tests {
         let tenant = view.tenant("t").unwrap();
         assert!(tenant.vgpu_entitled);
         assert_eq!((tenant.budget("h100"), tenant.units_used("h100")), (Some(2), 1));
-        assert_eq!(view.settings.template_claim_creator.as_deref(), Some("system:serviceaccount:cozy-gpu:gpuclaim"));
+        assert_eq!(view.settings.controller_user.as_deref(), Some("system:serviceaccount:cozy-gpu:gpuclaim"));
         assert_eq!(objects.counts.values().sum::<usize>(), 5);
         // The same ConfigMap in a tenant's namespace is not the settings.
         let tenant_settings = text.replace("namespace: cozy-gpu", "namespace: t");

@@ -13,8 +13,9 @@ use serde_json::Value;
 use crate::api::GPUClaim;
 use crate::convert::{self, ConvertError};
 use crate::keys;
-use crate::model::View;
-use crate::rules::{self, Refusal};
+use crate::message::readable;
+use crate::model::{Claim, View};
+use crate::rules::{self, Order, Refusal};
 
 /// The three webhooks, each serving one kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,7 +24,7 @@ pub enum Webhook {
     Vmi,
     /// Mutating, Pod CREATE.
     Pod,
-    /// Validating, GPUClaim CREATE.
+    /// Validating, GPUClaim CREATE and UPDATE.
     Order,
 }
 
@@ -54,21 +55,35 @@ impl Webhook {
             Webhook::Order => "order",
         }
     }
+
+    /// The chart's registrations that call it, by name (`<name>.gpu.cozystack.io`): the order webhook is
+    /// registered twice, for creates (failing closed) and for updates (failing open: a second line).
+    pub fn registrations(self) -> &'static [&'static str] {
+        match self {
+            Webhook::Vmi => &["vmi"],
+            Webhook::Pod => &["pod"],
+            Webhook::Order => &["order", "order-update"],
+        }
+    }
 }
 
 /// A review that cannot be answered: the webhook answers HTTP 400, `gpuclaim review` exits with an error.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReviewError {
-    #[error("field {field}: {reason}")]
+    #[error("field {}: {}", readable(.field), readable(.reason))]
     Malformed { field: String, reason: String },
     #[error("field request: missing (the AdmissionReview carries no request)")]
     NoRequest,
-    #[error("field request.kind: no webhook serves kind {kind:?} of group {group:?}")]
+    #[error("field request.kind: no webhook serves kind {} of group {}", readable(&format!("{kind:?}")), readable(&format!("{group:?}")))]
     UnsupportedKind { group: String, kind: String },
     #[error("field request.object: missing")]
     NoObject,
-    #[error("field request.object.{}: {}", .0.field.trim_start_matches('.'), .0.reason)]
+    #[error("field request.object.{}: {}", readable(.0.field.trim_start_matches('.')), readable(&.0.reason))]
     Object(ConvertError),
+    #[error("field request.oldObject: missing (an UPDATE carries the stored object)")]
+    NoOldObject,
+    #[error("field request.oldObject.{}: {}", .0.field.trim_start_matches('.'), .0.reason)]
+    OldObject(ConvertError),
 }
 
 /// The decision behind an answer, for logs and metrics.
@@ -113,8 +128,9 @@ pub fn parse_review(review: &Value) -> Result<AdmissionRequest<DynamicObject>, R
     Ok(request)
 }
 
-/// Answers one request against `view`. Only CREATE is decided: the webhook configurations register nothing else,
-/// and anything else that arrives passes unchanged.
+/// Answers one request against `view`. CREATE is decided by every webhook, UPDATE by the order webhook (a
+/// GPUClaim's spec and template mark); the configurations register nothing else, and anything else that arrives
+/// passes unchanged.
 pub fn answer(
     view: &View,
     request: &AdmissionRequest<DynamicObject>,
@@ -124,12 +140,18 @@ pub fn answer(
         kind: request.kind.kind.clone(),
     })?;
     let allowed = AdmissionResponse::from(request);
-    if request.operation != Operation::Create {
+    let decided = match request.operation {
+        Operation::Create => true,
+        Operation::Update => webhook == Webhook::Order,
+        Operation::Delete | Operation::Connect => false,
+    };
+    if !decided {
         return Ok((allowed, Outcome { webhook, refusal: None, patched: false }));
     }
     let object = request.object.as_ref().ok_or(ReviewError::NoObject)?;
     let object = serde_json::to_value(object).expect("a DynamicObject always serializes");
     let namespace = request.namespace.as_deref().unwrap_or_default();
+    let requester = request.user_info.username.as_deref().unwrap_or_default();
     let decision = match webhook {
         Webhook::Vmi => {
             let vmi = convert::vmi_from_json(&object, namespace).map_err(ReviewError::Object)?;
@@ -140,11 +162,17 @@ pub fn answer(
             rules::mutate_pod(view, &pod).map(|patch| convert::pod_json_patch(&patch, &object)).map_err(refusal)
         }
         Webhook::Order => {
-            let claim: GPUClaim = convert::typed(&object).map_err(ReviewError::Object)?;
-            let claim = convert::claim_from_kube(&claim, namespace);
-            rules::validate_order(view, &claim, request.user_info.username.as_deref().unwrap_or_default())
-                .map(|()| json_patch::Patch(Vec::new()))
-                .map_err(refusal)
+            let claim = claim_of(&object, namespace).map_err(ReviewError::Object)?;
+            let order = match request.operation {
+                Operation::Update => {
+                    let old = request.old_object.as_ref().ok_or(ReviewError::NoOldObject)?;
+                    let old = serde_json::to_value(old).expect("a DynamicObject always serializes");
+                    let old = claim_of(&old, namespace).map_err(ReviewError::OldObject)?;
+                    rules::validate_order(view, Order::Update { old: &old, new: &claim }, requester)
+                }
+                _ => rules::validate_order(view, Order::Create(&claim), requester),
+            };
+            order.map(|()| json_patch::Patch(Vec::new())).map_err(refusal)
         }
     };
     Ok(match decision {
@@ -160,6 +188,11 @@ pub fn answer(
     })
 }
 
+fn claim_of(object: &Value, namespace: &str) -> Result<Claim, ConvertError> {
+    let claim: GPUClaim = convert::typed(object)?;
+    Ok(convert::claim_from_kube(&claim, namespace))
+}
+
 /// A refusal, flattened for the response.
 struct Denial {
     reason: &'static str,
@@ -168,7 +201,8 @@ struct Denial {
 }
 
 fn refusal<R: Refusal>(refusal: R) -> Denial {
-    Denial { reason: refusal.reason(), code: refusal.code(), message: refusal.to_string() }
+    // The message quotes names the review carried, which may be any length before the API server validates them.
+    Denial { reason: refusal.reason(), code: refusal.code(), message: readable(&refusal.to_string()).into_owned() }
 }
 
 impl Denial {

@@ -29,16 +29,21 @@ pub struct Variant {
     /// had the node wrong (kube-scheduler binds migration targets and raw-device pods on its own, and a lagging
     /// cache would pin a launcher onto the units one of them took).
     pub unconfirmed_pins: bool,
+    /// The chart ships without its guards on tenants' writes: no ValidatingAdmissionPolicy, no rule on a
+    /// GPUClaim's spec, and the order webhook judges creates only, so every write a tenant's RBAC allows lands.
+    /// Shipped: guarded (docs/admission.md, "Who may write what").
+    pub unguarded_writes: bool,
 }
 
 /// A variant's name on the command line and in scenario files, and its settings.
-pub const NAMED: [(&str, Variant); 6] = [
+pub const NAMED: [(&str, Variant); 7] = [
     ("shipped", Variant::SHIPPED),
     ("gate-migration-targets", Variant { gate_migration_targets: true, ..Variant::SHIPPED }),
     ("refuse-at-admission", Variant { refuse_short_at_admission: true, ..Variant::SHIPPED }),
     ("two-update-pin", Variant { two_update_pin: true, ..Variant::SHIPPED }),
     ("no-class-tolerations", Variant { no_class_tolerations: true, ..Variant::SHIPPED }),
     ("unconfirmed-pins", Variant { unconfirmed_pins: true, ..Variant::SHIPPED }),
+    ("unguarded-writes", Variant { unguarded_writes: true, ..Variant::SHIPPED }),
 ];
 
 impl Variant {
@@ -49,6 +54,7 @@ impl Variant {
         two_update_pin: false,
         no_class_tolerations: false,
         unconfirmed_pins: false,
+        unguarded_writes: false,
     };
 
     /// The variant of a name in [`NAMED`].
@@ -94,7 +100,7 @@ mod tests {
         assert_eq!(
             error,
             "unknown engine variant \"fast\"; known: shipped, gate-migration-targets, refuse-at-admission, \
-             two-update-pin, no-class-tolerations, unconfirmed-pins"
+             two-update-pin, no-class-tolerations, unconfirmed-pins, unguarded-writes"
         );
     }
 }

@@ -7,7 +7,7 @@ use gpuclaim_engine::convert::{pod_from_json, pod_json_patch, vmi_from_json, vmi
 use gpuclaim_engine::fixtures::{self, gpu_toleration, held_claim, platform};
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::model::View;
-use gpuclaim_engine::rules::{admit_vmi, mutate_pod, validate_order};
+use gpuclaim_engine::rules::{Order, admit_vmi, mutate_pod, validate_order};
 use k8s_openapi::api::core::v1::Toleration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -187,7 +187,7 @@ proptest! {
         view.upsert_quota("tenant-b", "gpu-budget", BTreeMap::from([("h100".to_owned(), 5), ("a100-40c".to_owned(), 2)]));
         for (i, (namespace, class, count)) in orders.into_iter().enumerate() {
             let claim = held_claim(namespace, &format!("order-{i}"), class, count);
-            if validate_order(&view, &claim, "alice").is_ok() {
+            if validate_order(&view, Order::Create(&claim), "alice").is_ok() {
                 view.upsert_claim(claim);
             }
             for tenant in ["tenant-a", "tenant-b"] {

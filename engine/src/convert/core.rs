@@ -37,10 +37,7 @@ pub fn quota_budgets(quota: &ResourceQuota) -> Result<BTreeMap<String, u64>, Con
 pub fn settings_from_kube(config: &ConfigMap) -> Settings {
     let data = config.data.as_ref();
     Settings {
-        template_claim_creator: data
-            .and_then(|d| d.get(keys::SETTINGS_TEMPLATE_CLAIM_CREATOR))
-            .filter(|v| !v.is_empty())
-            .cloned(),
+        controller_user: data.and_then(|d| d.get(keys::SETTINGS_CONTROLLER_USER)).filter(|v| !v.is_empty()).cloned(),
     }
 }
 
@@ -61,8 +58,12 @@ pub fn node_from_kube(node: &KubeNode) -> Result<Node, ConvertError> {
     };
     let mut devices = BTreeMap::new();
     for (resource, q) in allocatable.into_iter().flatten().filter(|(name, _)| is_device(name)) {
-        let units = quantity::whole_units(&q.0)
-            .map_err(|e| ConvertError::new(format!("status.allocatable[{resource}]"), e.to_string()))?;
+        let field = || format!("status.allocatable[{resource}]");
+        let units = quantity::whole_units(&q.0).map_err(|e| ConvertError::new(field(), e.to_string()))?;
+        if units > Node::DEVICE_UNITS_MAX {
+            let reason = format!("{units} units is more than the {} one node may offer", Node::DEVICE_UNITS_MAX);
+            return Err(ConvertError::new(field(), reason));
+        }
         devices.insert(resource.clone(), units);
     }
     let spec = node.spec.as_ref();

@@ -9,6 +9,8 @@ mod vmi;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::message::readable;
+
 pub use self::core::{node_from_kube, pod_from_json, pod_from_kube, quota_budgets, settings_from_kube, vgpu_entitled};
 pub use crd::{claim_from_kube, class_from_kube, usage_from_kube};
 pub use patch::{pod_json_patch, vmi_json_patch};
@@ -16,7 +18,7 @@ pub use vmi::vmi_from_json;
 
 /// An object that cannot be turned into the compact model: which field, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("field {field}: {reason}")]
+#[error("field {}: {}", readable(.field), readable(.reason))]
 pub struct ConvertError {
     pub field: String,
     pub reason: String,

@@ -80,8 +80,16 @@ pub struct Node {
     pub ready: bool,
     pub cpu_millis: u64,
     pub memory_bytes: u64,
-    /// Allocatable extended resources (GPUs, vGPU profiles) by resource name.
+    /// Allocatable extended resources (GPUs, vGPU profiles) by resource name, each at most
+    /// [`Node::DEVICE_UNITS_MAX`].
     pub devices: BTreeMap<String, u64>,
+}
+
+impl Node {
+    /// The most units of one device a node may offer: far past any machine (a few dozen GPUs, a few thousand vGPU
+    /// profiles), and small enough that a class's totals over a million nodes stay exact in a u64. The readers
+    /// refuse more; a class's index adds nodes' units without checking.
+    pub const DEVICE_UNITS_MAX: u64 = 1 << 32;
 }
 
 /// A pod's phase.
@@ -216,5 +224,5 @@ pub struct Usage {
 pub struct Settings {
     /// The user allowed to create template claims. The order webhook refuses the mark from anyone else, and from
     /// everyone while this is unset, a second line behind the tamper policy.
-    pub template_claim_creator: Option<String>,
+    pub controller_user: Option<String>,
 }

@@ -8,7 +8,7 @@ mod pod;
 mod render;
 mod vmi;
 
-pub use order::{OrderRefusal, validate_order};
+pub use order::{Order, OrderRefusal, validate_order};
 pub use pod::{PodPatch, PodRefusal, PodRole, mutate_pod, mutate_pod_with, pod_role};
 pub use render::{RenderRefusal, VmRender, render_vm};
 pub use vmi::{UNITS_PER_VMI_MAX, VmiPatch, VmiRefusal, admit_vmi, admit_vmi_with};

@@ -1,4 +1,5 @@
-//! The order webhook rule: refuse a tenant's GPUClaim that cannot be met now.
+//! The order webhook rule: refuse a tenant's GPUClaim that cannot be met now, and any later change of what was
+//! ordered.
 
 use std::fmt;
 
@@ -7,8 +8,23 @@ use crate::model::{Claim, GpuMode, View};
 
 use super::Refusal;
 
+/// What the order webhook judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order<'a> {
+    /// CREATE: the claim as the tenant sent it.
+    Create(&'a Claim),
+    /// UPDATE: the claim as stored and as the writer sent it.
+    Update { old: &'a Claim, new: &'a Claim },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OrderRefusal {
+    /// An update that changes what was ordered (class or count): the checks judged the claim as created.
+    SpecImmutable {
+        field: &'static str,
+        from: String,
+        to: String,
+    },
     /// The template mark from someone other than the controller (behind the tamper policy, a second line).
     TemplateMarkForbidden {
         user: String,
@@ -45,9 +61,14 @@ impl fmt::Display for OrderRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use OrderRefusal::*;
         match self {
+            SpecImmutable { field, from, to } => write!(
+                f,
+                "{field} is immutable ({from} -> {to}): a claim's class and count were judged when it was ordered; \
+                 delete it and order a new one"
+            ),
             TemplateMarkForbidden { user } => write!(
                 f,
-                "label {} is reserved for the GPU controller; {user:?} may not set it",
+                "label {} is reserved for the GPU controller; {user:?} may not set, change or remove it",
                 keys::LABEL_TEMPLATE_CLAIM
             ),
             SettingsMissing => write!(
@@ -55,7 +76,7 @@ impl fmt::Display for OrderRefusal {
                 "label {} is reserved for the GPU controller, and no settings ConfigMap {} names it ({})",
                 keys::LABEL_TEMPLATE_CLAIM,
                 keys::SETTINGS_CONFIGMAP,
-                keys::SETTINGS_TEMPLATE_CLAIM_CREATOR
+                keys::SETTINGS_CONTROLLER_USER
             ),
             ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
             CountNotPositive => write!(f, "spec.count must be at least 1"),
@@ -86,6 +107,7 @@ impl Refusal for OrderRefusal {
     fn reason(&self) -> &'static str {
         use OrderRefusal::*;
         match self {
+            SpecImmutable { .. } => "SpecImmutable",
             TemplateMarkForbidden { .. } => "TemplateMarkForbidden",
             SettingsMissing => "SettingsMissing",
             ClassMissing { .. } => "ClassMissing",
@@ -98,22 +120,27 @@ impl Refusal for OrderRefusal {
     }
 }
 
-/// The order webhook: refuses a tenant's claim that cannot be met now, checking in this order: class exists,
+/// The order webhook. On CREATE it refuses a tenant's claim that cannot be met now ([`validate_new_order`]); on
+/// UPDATE, any change of the spec, and a change of the template mark by anyone but the controller
+/// ([`validate_order_change`]). Other updates (the controller's finalizer, a tenant's own labels) pass: the claim
+/// was judged when it was ordered.
+pub fn validate_order(view: &View, order: Order<'_>, requester: &str) -> Result<(), OrderRefusal> {
+    match order {
+        Order::Create(claim) => validate_new_order(view, claim, requester),
+        Order::Update { old, new } => validate_order_change(view, old, new, requester),
+    }
+}
+
+/// A new claim, checking in this order: class exists,
 /// count ≤ maxCount, count ≤ the published free units on one node, budget, vGPU entitlement. Template claims skip
 /// it (the controller checks their budget when it creates them) when the settings name `requester`, the user
 /// creating the claim, as their creator.
 ///
 /// The budget counts every claim of the class in the namespace, held and template, in any phase: like a
 /// ResourceQuota it counts what has been ordered, not what has been placed.
-pub fn validate_order(view: &View, claim: &Claim, requester: &str) -> Result<(), OrderRefusal> {
+fn validate_new_order(view: &View, claim: &Claim, requester: &str) -> Result<(), OrderRefusal> {
     if claim.template {
-        return match view.settings.template_claim_creator.as_deref() {
-            None => Err(OrderRefusal::SettingsMissing),
-            Some(creator) if creator != requester => {
-                Err(OrderRefusal::TemplateMarkForbidden { user: requester.to_owned() })
-            }
-            Some(_) => Ok(()),
-        };
+        return may_write_template_mark(view, requester);
     }
     let class =
         view.class(&claim.class).ok_or_else(|| OrderRefusal::ClassMissing { class: claim.class.to_string() })?;
@@ -140,13 +167,42 @@ pub fn validate_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
     Ok(())
 }
 
+/// A change to a stored claim: the spec never changes (`SpecImmutable`, class first), and the template mark only
+/// by the controller. Nothing else is judged again.
+fn validate_order_change(view: &View, old: &Claim, new: &Claim, requester: &str) -> Result<(), OrderRefusal> {
+    if old.class != new.class {
+        let (from, to) = (format!("{:?}", old.class.as_str()), format!("{:?}", new.class.as_str()));
+        return Err(OrderRefusal::SpecImmutable { field: "spec.className", from, to });
+    }
+    if old.count != new.count {
+        let (from, to) = (old.count.to_string(), new.count.to_string());
+        return Err(OrderRefusal::SpecImmutable { field: "spec.count", from, to });
+    }
+    if old.template != new.template {
+        return may_write_template_mark(view, requester);
+    }
+    Ok(())
+}
+
+/// Only the user the settings name as the template-claim creator writes the template mark; nobody while no
+/// settings name one (closed, as the tamper policy is without its parameter).
+fn may_write_template_mark(view: &View, requester: &str) -> Result<(), OrderRefusal> {
+    match view.settings.controller_user.as_deref() {
+        None => Err(OrderRefusal::SettingsMissing),
+        Some(creator) if creator != requester => {
+            Err(OrderRefusal::TemplateMarkForbidden { user: requester.to_owned() })
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fixtures::{held_claim, platform};
 
     fn order(namespace: &str, class: &str, count: u32) -> Result<(), OrderRefusal> {
-        validate_order(&platform(), &held_claim(namespace, "new", class, count), "alice")
+        validate_order(&platform(), Order::Create(&held_claim(namespace, "new", class, count)), "alice")
     }
 
     #[test]
@@ -192,13 +248,14 @@ mod tests {
         h100.published.free_units = 6; // six free in all, but split three and three
         h100.published.largest_free_on_node = 3;
         view.upsert_class(h100);
-        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 4), "alice").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 4)), "alice").unwrap_err();
         assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 4, largest_free_on_node: 3 });
         assert_eq!(
             refusal.to_string(),
             r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#
         );
-        assert_eq!(validate_order(&view, &held_claim("tenant-a", "new", "h100", 3), "alice"), Ok(()));
+        assert_eq!(validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 3)), "alice"), Ok(()));
     }
 
     #[test]
@@ -206,10 +263,12 @@ mod tests {
         // Over maxCount, over capacity, over budget and not entitled at once: maxCount speaks first.
         let mut view = platform();
         view.upsert_quota("tenant-b", "q", [("a100-40c".to_owned(), 0)].into());
-        let refusal = validate_order(&view, &held_claim("tenant-b", "new", "a100-40c", 5), "bob").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&held_claim("tenant-b", "new", "a100-40c", 5)), "bob").unwrap_err();
         assert_eq!(refusal.reason(), "CountOverMax");
         // Within maxCount, capacity 4: over budget and not entitled: budget speaks first.
-        let refusal = validate_order(&view, &held_claim("tenant-b", "new", "a100-40c", 1), "bob").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&held_claim("tenant-b", "new", "a100-40c", 1)), "bob").unwrap_err();
         assert_eq!(refusal.reason(), "BudgetExceeded");
     }
 
@@ -217,10 +276,11 @@ mod tests {
     fn the_tightest_of_several_quotas_is_the_budget() {
         let mut view = platform();
         view.upsert_quota("tenant-a", "team-cap", [("h100".to_owned(), 4)].into());
-        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 2), "alice").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 2)), "alice").unwrap_err();
         assert_eq!(refusal, OrderRefusal::BudgetExceeded { class: "h100".into(), count: 2, used: 3, budget: 4 });
         view.remove_quota("tenant-a", "team-cap");
-        assert_eq!(validate_order(&view, &held_claim("tenant-a", "new", "h100", 2), "alice"), Ok(()));
+        assert_eq!(validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 2)), "alice"), Ok(()));
     }
 
     #[test]
@@ -229,7 +289,8 @@ mod tests {
         let mut h100 = view.class("h100").unwrap().clone();
         h100.published = Default::default();
         view.upsert_class(h100);
-        let refusal = validate_order(&view, &held_claim("tenant-a", "new", "h100", 1), "alice").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 1)), "alice").unwrap_err();
         assert_eq!(refusal.reason(), "NoCapacity");
     }
 
@@ -238,20 +299,79 @@ mod tests {
         let mut view = platform();
         let mut template = held_claim("tenant-b", "vm-1-0", "a100-40c", 99);
         template.template = true;
-        let refusal = validate_order(&view, &template, "system:serviceaccount:cozy-gpu:gpuclaim").unwrap_err();
+        let refusal =
+            validate_order(&view, Order::Create(&template), "system:serviceaccount:cozy-gpu:gpuclaim").unwrap_err();
         assert_eq!(refusal, OrderRefusal::SettingsMissing, "no creator configured: closed");
         assert_eq!(
             refusal.to_string(),
             "label gpu.cozystack.io/template-claim is reserved for the GPU controller, and no settings ConfigMap \
-             gpu-claims-settings names it (templateClaimCreator)"
+             gpu-claims-settings names it (controllerUser)"
         );
-        view.settings.template_claim_creator = Some("system:serviceaccount:cozy-gpu:gpuclaim".into());
-        assert_eq!(validate_order(&view, &template, "system:serviceaccount:cozy-gpu:gpuclaim"), Ok(()));
-        let refusal = validate_order(&view, &template, "alice").unwrap_err();
+        view.settings.controller_user = Some("system:serviceaccount:cozy-gpu:gpuclaim".into());
+        assert_eq!(validate_order(&view, Order::Create(&template), "system:serviceaccount:cozy-gpu:gpuclaim"), Ok(()));
+        let refusal = validate_order(&view, Order::Create(&template), "alice").unwrap_err();
         assert_eq!(
             refusal.to_string(),
-            r#"label gpu.cozystack.io/template-claim is reserved for the GPU controller; "alice" may not set it"#
+            r#"label gpu.cozystack.io/template-claim is reserved for the GPU controller; "alice" may not set, change or remove it"#
         );
+    }
+
+    const CONTROLLER: &str = "system:serviceaccount:cozy-gpu:gpuclaim";
+
+    fn change(old: &Claim, new: &Claim, requester: &str) -> Result<(), OrderRefusal> {
+        let mut view = platform();
+        view.settings.controller_user = Some(CONTROLLER.into());
+        validate_order(&view, Order::Update { old, new }, requester)
+    }
+
+    #[test]
+    fn a_bound_claims_count_and_class_never_change() {
+        let old = crate::fixtures::bound(held_claim("tenant-a", "train-a", "h100", 1), "gpu-1");
+        let mut raised = old.clone();
+        raised.count = 8;
+        let refusal = change(&old, &raised, "alice").unwrap_err();
+        assert_eq!(refusal.reason(), "SpecImmutable");
+        assert_eq!(
+            refusal.to_string(),
+            "spec.count is immutable (1 -> 8): a claim's class and count were judged when it was ordered; delete it \
+             and order a new one"
+        );
+        let mut switched = old.clone();
+        switched.class = "a100-40c".into();
+        let refusal = change(&old, &switched, CONTROLLER).unwrap_err();
+        assert_eq!(
+            refusal,
+            OrderRefusal::SpecImmutable {
+                field: "spec.className",
+                from: r#""h100""#.into(),
+                to: r#""a100-40c""#.into()
+            },
+            "not even the controller changes what was ordered"
+        );
+    }
+
+    #[test]
+    fn updates_that_keep_the_order_pass_without_judging_it_again() {
+        // Over budget now (tenant-a holds 3 of 8 and the class has shrunk), yet its own finalizer and labels pass.
+        let old = held_claim("tenant-a", "train-a", "h100", 1);
+        let mut released = old.clone();
+        released.finalizer = false;
+        assert_eq!(change(&old, &released, CONTROLLER), Ok(()));
+        assert_eq!(change(&old, &old.clone(), "alice"), Ok(()));
+    }
+
+    #[test]
+    fn the_template_mark_changes_only_by_the_controller() {
+        let mut old = held_claim("tenant-a", "vm-1-0", "h100", 2);
+        old.template = true;
+        let mut unmarked = old.clone();
+        unmarked.template = false;
+        let refusal = change(&old, &unmarked, "alice").unwrap_err();
+        assert_eq!(refusal, OrderRefusal::TemplateMarkForbidden { user: "alice".into() });
+        assert_eq!(change(&unmarked, &old, "alice").unwrap_err().reason(), "TemplateMarkForbidden");
+        assert_eq!(change(&old, &unmarked, CONTROLLER), Ok(()));
+        let no_settings = validate_order(&platform(), Order::Update { old: &old, new: &unmarked }, CONTROLLER);
+        assert_eq!(no_settings, Err(OrderRefusal::SettingsMissing));
     }
 
     #[test]
