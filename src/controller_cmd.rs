@@ -1,18 +1,17 @@
 //! `gpuclaim controller`: flags in controller-runtime's spirit, checked into the adapter's configuration; JSON logs;
 //! runs until SIGTERM or Ctrl-C.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::ArgAction;
 use gpuclaim_adapter::leader::Timings;
-use gpuclaim_adapter::run::{Config, LeaderElection};
+use gpuclaim_adapter::run::{Config, LeaderElection, Listen};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Where the webhooks' HTTPS server listens (`:9443` is every interface).
+    /// Where the webhooks' HTTPS server listens (`:9443` is every address, IPv6 and IPv4; `[::]:9443` too).
     #[arg(long, value_name = "ADDRESS", default_value = ":9443")]
     pub webhook_bind_address: String,
     /// Where the metrics' HTTPS server listens; `0` serves no metrics.
@@ -39,6 +38,9 @@ pub struct Args {
     /// client-go's retry period: how often candidates try and the leader renews.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
+    /// How long a stop waits for the webhooks' and metrics' requests in flight before closing their connections.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_drain_timeout: Duration,
     /// Holds tls.crt and tls.key (the cert-manager secret), reloaded when they change.
     #[arg(long, value_name = "DIR", default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: PathBuf,
@@ -92,27 +94,23 @@ pub fn configure(args: &Args, identity: Option<String>) -> anyhow::Result<Config
         controller_namespace: args.controller_namespace.clone(),
         leader_election,
         identity,
+        drain: args.shutdown_drain_timeout,
     })
 }
 
-/// `host:port`, or Go's `:port` for every interface.
-fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
-    let full = if value.starts_with(':') { format!("0.0.0.0{value}") } else { value.to_owned() };
-    full.parse().with_context(|| format!("{flag} {value:?}: expected HOST:PORT or :PORT"))
+/// `HOST:PORT` (`[::]:PORT` for IPv6), or Go's `:PORT` for every address, IPv6 and IPv4.
+fn bind_address(flag: &str, value: &str) -> anyhow::Result<Listen> {
+    let invalid = || format!("{flag} {value:?}: expected HOST:PORT or :PORT");
+    match value.strip_prefix(':') {
+        Some(port) => Ok(Listen::All { port: port.parse().with_context(invalid)? }),
+        None => Ok(Listen::Address(value.parse().with_context(invalid)?)),
+    }
 }
 
-/// `500ms`, `15s`, `2m`.
+/// Go's durations as client-go's flags take them: `500ms`, `15s`, `2m`, `1m30s` (humantime's grammar, which also
+/// reads `1h` and spaced forms such as `1m 30s`).
 fn parse_duration(value: &str) -> Result<Duration, String> {
-    let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
-    let (number, unit) = value.split_at(split);
-    let number: u64 =
-        number.parse().map_err(|_| format!("{value:?}: expected a whole number and a unit (ms, s, m)"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        _ => Err(format!("{value:?}: unknown unit {unit:?}; expected ms, s or m")),
-    }
+    humantime::parse_duration(value).map_err(|error| format!("{value:?}: {error}; expected e.g. 500ms, 15s, 1m30s"))
 }
 
 fn init_logs(filter: &str) -> anyhow::Result<()> {
@@ -156,9 +154,10 @@ mod tests {
     #[test]
     fn the_defaults_are_controller_runtimes() {
         let config = configure(&args(&[]), Some("gpuclaim-0".to_owned())).unwrap();
-        assert_eq!(config.webhook_address, "0.0.0.0:9443".parse().unwrap());
-        assert_eq!(config.metrics_address, Some("0.0.0.0:8443".parse().unwrap()));
-        assert_eq!(config.health_address, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(config.webhook_address, Listen::All { port: 9443 });
+        assert_eq!(config.metrics_address, Some(Listen::All { port: 8443 }));
+        assert_eq!(config.health_address, Listen::All { port: 8081 });
+        assert_eq!(config.drain, Duration::from_secs(10));
         assert_eq!(config.cert_dir, PathBuf::from("/tmp/k8s-webhook-server/serving-certs"));
         assert_eq!(config.controller_namespace, "cozy-gpuclaim");
         assert!(config.leader_election.is_none());
@@ -188,7 +187,33 @@ mod tests {
         );
         let error = configure(&args(&[]), None).unwrap_err();
         assert!(error.to_string().starts_with("set POD_NAME"), "{error}");
-        let parsed = Cli::try_parse_from(["controller", "--leader-elect-lease-duration", "15h"]);
-        assert!(parsed.err().unwrap().to_string().contains("\"15h\": unknown unit \"h\"; expected ms, s or m"));
+        let parsed = Cli::try_parse_from(["controller", "--leader-elect-lease-duration", "15x"]);
+        let error = parsed.err().unwrap().to_string();
+        assert!(error.contains("\"15x\": unknown time unit \"x\""), "{error}");
+        assert!(error.contains("expected e.g. 500ms, 15s, 1m30s"), "{error}");
+        let error = configure(&args(&["--health-probe-bind-address", ":http"]), Some("a".into())).unwrap_err();
+        assert_eq!(format!("{error}"), "--health-probe-bind-address \":http\": expected HOST:PORT or :PORT");
+    }
+
+    #[test]
+    fn durations_take_gos_compound_form() {
+        let flags = ["--leader-elect", "--leader-elect-lease-duration=1m30s", "--leader-elect-renew-deadline=1m"];
+        let timings = configure(&args(&flags), Some("a".into())).unwrap().leader_election.unwrap().timings;
+        assert_eq!(
+            (timings.lease_duration, timings.renew_deadline),
+            (Duration::from_secs(90), Duration::from_secs(60))
+        );
+        let config = configure(&args(&["--shutdown-drain-timeout=2500ms"]), Some("a".into())).unwrap();
+        assert_eq!(config.drain, Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn addresses_take_every_address_ipv6_or_one() {
+        let flags = ["--webhook-bind-address=[::]:9443", "--metrics-bind-address=127.0.0.1:8443"];
+        let config = configure(&args(&flags), Some("a".into())).unwrap();
+        assert_eq!(config.webhook_address, Listen::Address("[::]:9443".parse().unwrap()));
+        assert_eq!(config.metrics_address, Some(Listen::Address("127.0.0.1:8443".parse().unwrap())));
+        assert_eq!(config.webhook_address.to_string(), "[::]:9443");
+        assert_eq!(Listen::All { port: 8081 }.to_string(), ":8081");
     }
 }

@@ -4,7 +4,6 @@
 //! token, so a scrape every few seconds costs the API server two reviews per token and TTL, not per scrape.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -50,13 +49,14 @@ pub enum AccessError {
 pub struct Access {
     client: kube::Client,
     ttl: Duration,
-    /// SHA-256 of the token → (when decided, verdict). Hashes, so no token stays in memory.
-    verdicts: Mutex<BTreeMap<[u8; 32], (Instant, Verdict)>>,
+    /// SHA-256 of the token → (when decided, verdict). Hashes, so no token stays in memory. A lock that does not
+    /// poison: std's maps stay valid whatever panics, and an entry lost to a panic costs one more review.
+    verdicts: parking_lot::Mutex<BTreeMap<[u8; 32], (Instant, Verdict)>>,
 }
 
 impl Access {
     pub fn new(client: kube::Client, ttl: Duration) -> Access {
-        Access { client, ttl, verdicts: Mutex::new(BTreeMap::new()) }
+        Access { client, ttl, verdicts: parking_lot::Mutex::new(BTreeMap::new()) }
     }
 
     /// The verdict for `token`, from the cache while fresh, else from the two reviews. An API error is returned,
@@ -72,12 +72,12 @@ impl Access {
     }
 
     fn cached(&self, key: &[u8; 32]) -> Option<Verdict> {
-        let verdicts = self.verdicts.lock().expect(UNPOISONED);
+        let verdicts = self.verdicts.lock();
         verdicts.get(key).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, verdict)| verdict.clone())
     }
 
     fn remember(&self, key: [u8; 32], verdict: Verdict) {
-        let mut verdicts = self.verdicts.lock().expect(UNPOISONED);
+        let mut verdicts = self.verdicts.lock();
         if verdicts.len() >= CACHED_TOKENS_MAX {
             verdicts.retain(|_, (at, _)| at.elapsed() < self.ttl);
             if verdicts.len() >= CACHED_TOKENS_MAX {
@@ -130,6 +130,3 @@ impl Access {
         }
     }
 }
-
-/// Nothing panics while the cache lock is held (plain map operations), so it is never poisoned.
-const UNPOISONED: &str = "the verdict cache lock is never poisoned";

@@ -8,9 +8,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
 use gpuclaim_engine::controller::{Changes, run_key_visits, vmi_key_needed};
 use gpuclaim_engine::convert::{self, ConvertError};
@@ -24,7 +25,8 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 
-use crate::webhook::{SharedView, VIEW_UNPOISONED};
+use crate::health::Tasks;
+use crate::shared::{SharedView, ViewPoisoned};
 
 /// The kinds cached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -83,7 +85,9 @@ impl CacheKind {
 /// The view, the keys changed since the reconciler last took them, and which kinds have synced.
 pub struct Caches {
     pub view: SharedView,
-    changes: Mutex<Changes>,
+    /// A lock that does not poison: the keys are hints for the next pass (a full pass needs none), and a view a
+    /// change panicked in is poisoned on its own.
+    changes: parking_lot::Mutex<Changes>,
     wake: Notify,
     synced: watch::Sender<BTreeSet<CacheKind>>,
 }
@@ -92,7 +96,7 @@ impl Caches {
     pub fn new(view: SharedView) -> Arc<Caches> {
         Arc::new(Caches {
             view,
-            changes: Mutex::new(Changes::default()),
+            changes: parking_lot::Mutex::new(Changes::default()),
             wake: Notify::new(),
             synced: watch::Sender::new(BTreeSet::new()),
         })
@@ -115,7 +119,7 @@ impl Caches {
 
     /// The keys changed since the last call.
     pub fn take_changes(&self) -> Changes {
-        std::mem::take(&mut *self.changes.lock().expect(CHANGES_UNPOISONED))
+        std::mem::take(&mut *self.changes.lock())
     }
 
     /// Waits for the next change (one that happened since the last wait counts).
@@ -124,13 +128,13 @@ impl Caches {
     }
 
     /// Applies one change to the view and records its keys, then wakes the reconciler.
-    pub fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) {
+    pub fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) -> Result<(), ViewPoisoned> {
         {
-            let mut view = self.view.write().expect(VIEW_UNPOISONED);
-            let mut changes = self.changes.lock().expect(CHANGES_UNPOISONED);
-            change(&mut view, &mut changes);
+            let mut view = self.view.write()?;
+            change(&mut view, &mut self.changes.lock());
         }
         self.wake.notify_one();
+        Ok(())
     }
 
     fn mark_synced(&self, kind: CacheKind) {
@@ -140,11 +144,12 @@ impl Caches {
         }
     }
 
-    /// Starts one watcher per kind; they run until the returned tasks are aborted.
+    /// Starts one watcher per kind as an essential task of `tasks`; they run until aborted (at shutdown).
     pub fn start(
         self: &Arc<Self>,
         client: &kube::Client,
         controller_namespace: &str,
+        tasks: &Arc<Tasks>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let claims_pods = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_CLAIMS, keys::TRUE));
         // Pods on nodes that still hold resources: what else takes devices, CPU and memory where claims go.
@@ -158,36 +163,46 @@ impl Caches {
             "virtualmachineinstances",
         );
         let all = watcher::Config::default;
-        vec![
-            tokio::spawn(watch_kind(Api::<GPUClass>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<GPUClaim>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<GPUUsage>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), claims_pods, self.clone())),
-            tokio::spawn(watch_kind(Api::<OtherPod>::all(client.clone()), other_pods, self.clone())),
-            tokio::spawn(watch_kind(Api::<DynamicObject>::all_with(client.clone(), &vmi), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<Node>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<ResourceQuota>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(Api::<Namespace>::all(client.clone()), all(), self.clone())),
-            tokio::spawn(watch_kind(
-                Api::<ConfigMap>::namespaced(client.clone(), controller_namespace),
-                settings,
-                self.clone(),
-            )),
-        ]
+        let watches: [(CacheKind, BoxFuture<'static, ()>); 10] = [
+            (CacheKind::Classes, watch_kind(Api::<GPUClass>::all(client.clone()), all(), self.clone()).boxed()),
+            (CacheKind::Claims, watch_kind(Api::<GPUClaim>::all(client.clone()), all(), self.clone()).boxed()),
+            (CacheKind::Usages, watch_kind(Api::<GPUUsage>::all(client.clone()), all(), self.clone()).boxed()),
+            (CacheKind::Pods, watch_kind(Api::<Pod>::all(client.clone()), claims_pods, self.clone()).boxed()),
+            (CacheKind::OtherPods, watch_kind(Api::<OtherPod>::all(client.clone()), other_pods, self.clone()).boxed()),
+            (
+                CacheKind::Vmis,
+                watch_kind(Api::<DynamicObject>::all_with(client.clone(), &vmi), all(), self.clone()).boxed(),
+            ),
+            (CacheKind::Nodes, watch_kind(Api::<Node>::all(client.clone()), all(), self.clone()).boxed()),
+            (CacheKind::Quotas, watch_kind(Api::<ResourceQuota>::all(client.clone()), all(), self.clone()).boxed()),
+            (CacheKind::Namespaces, watch_kind(Api::<Namespace>::all(client.clone()), all(), self.clone()).boxed()),
+            (
+                CacheKind::Settings,
+                watch_kind(Api::<ConfigMap>::namespaced(client.clone(), controller_namespace), settings, self.clone())
+                    .boxed(),
+            ),
+        ];
+        watches
+            .into_iter()
+            .map(|(kind, watch)| tasks.spawn(format!("the {} cache's watch", kind.name()), watch))
+            .collect()
     }
 }
-
-/// Nothing panics while the changes lock is held (set insertions), so it is never poisoned.
-const CHANGES_UNPOISONED: &str = "the changes lock is never poisoned";
 
 /// (namespace, name); cluster-scoped objects have an empty namespace.
 pub type Key = (String, String);
 
-/// How one kind goes into the view.
+/// How one kind goes into the view, in two steps: [`Cached::read`] turns the object into the engine's terms
+/// (parsing what the API server holds, which may be anything) before the view's lock is taken, and
+/// [`Cached::insert`] puts the result in under it (the engine's bookkeeping only; see shared.rs for why).
 pub trait Cached: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
     const KIND: CacheKind;
-    /// Puts the object into the view, recording the keys the reconciler visits for it.
-    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError>;
+    /// The object as the engine holds it.
+    type Model: Send;
+    /// Reads the object into the engine's terms.
+    fn read(&self) -> Result<Self::Model, ConvertError>;
+    /// Puts the object read at `key` into the view, recording the keys the reconciler visits for it.
+    fn insert(key: &Key, model: Self::Model, view: &mut View, changes: &mut Changes);
     /// Takes the object out of the view.
     fn remove(key: &Key, view: &mut View, changes: &mut Changes);
     /// The keys of this kind the view holds, when it can list them: the writer also puts objects into the view,
@@ -197,15 +212,18 @@ pub trait Cached: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 's
     }
 }
 
-fn key_of<K: Resource>(object: &K) -> Key {
+pub fn key_of<K: Resource>(object: &K) -> Key {
     (object.namespace().unwrap_or_default(), object.name_any())
 }
 
 impl Cached for GPUClass {
     const KIND: CacheKind = CacheKind::Classes;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        view.upsert_class(convert::class_from_kube(self));
-        Ok(())
+    type Model = gpuclaim_engine::model::Class;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        Ok(convert::class_from_kube(self))
+    }
+    fn insert(_: &Key, class: Self::Model, view: &mut View, _: &mut Changes) {
+        view.upsert_class(class);
     }
     fn remove((_, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_class(name);
@@ -217,11 +235,13 @@ impl Cached for GPUClass {
 
 impl Cached for GPUClaim {
     const KIND: CacheKind = CacheKind::Claims;
-    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
-        let (namespace, name) = key_of(self);
-        view.upsert_claim(convert::claim_from_kube(self, &namespace));
-        changes.claims.insert((namespace.into(), name.into()));
-        Ok(())
+    type Model = gpuclaim_engine::model::Claim;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        Ok(convert::claim_from_kube(self, &self.namespace().unwrap_or_default()))
+    }
+    fn insert((namespace, name): &Key, claim: Self::Model, view: &mut View, changes: &mut Changes) {
+        view.upsert_claim(claim);
+        changes.claims.insert((namespace.as_str().into(), name.as_str().into()));
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_claim(namespace, name);
@@ -234,9 +254,12 @@ impl Cached for GPUClaim {
 
 impl Cached for GPUUsage {
     const KIND: CacheKind = CacheKind::Usages;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        view.upsert_usage(convert::usage_from_kube(self, &self.namespace().unwrap_or_default()));
-        Ok(())
+    type Model = gpuclaim_engine::model::Usage;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        Ok(convert::usage_from_kube(self, &self.namespace().unwrap_or_default()))
+    }
+    fn insert(_: &Key, usage: Self::Model, view: &mut View, _: &mut Changes) {
+        view.upsert_usage(usage);
     }
     fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_usage(namespace, name);
@@ -248,9 +271,12 @@ impl Cached for GPUUsage {
 
 impl Cached for Pod {
     const KIND: CacheKind = CacheKind::Pods;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        view.upsert_pod(convert::pod_from_kube(self, &self.namespace().unwrap_or_default())?);
-        Ok(())
+    type Model = gpuclaim_engine::model::Pod;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        convert::pod_from_kube(self, &self.namespace().unwrap_or_default())
+    }
+    fn insert(_: &Key, pod: Self::Model, view: &mut View, _: &mut Changes) {
+        view.upsert_pod(pod);
     }
     fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_pod(namespace, name);
@@ -262,7 +288,6 @@ impl Cached for Pod {
             .collect()
     }
 }
-
 /// A pod without the claims label, bound to a node: a raw-GPU VM's launcher, or any other workload. The engine
 /// counts its devices, CPU and memory where it runs. The two pod watches split pods by the claims label, so each pod
 /// has one owner in the view; a claims pod that reaches this watch anyway is left to the other.
@@ -299,11 +324,18 @@ fn is_claims_pod(labels: &std::collections::BTreeMap<String, String>) -> bool {
 
 impl Cached for OtherPod {
     const KIND: CacheKind = CacheKind::OtherPods;
-    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
+    /// `None` for a claims pod: the other watch owns it.
+    type Model = Option<gpuclaim_engine::model::Pod>;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
         if is_claims_pod(self.0.labels()) {
-            return Ok(());
+            return Ok(None);
         }
-        self.0.upsert(view, changes)
+        self.0.read().map(Some)
+    }
+    fn insert(key: &Key, pod: Self::Model, view: &mut View, changes: &mut Changes) {
+        if let Some(pod) = pod {
+            Pod::insert(key, pod, view, changes);
+        }
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         if view.pod(namespace, name).is_some_and(|pod| !is_claims_pod(&pod.labels)) {
@@ -320,17 +352,18 @@ impl Cached for OtherPod {
 
 impl Cached for DynamicObject {
     const KIND: CacheKind = CacheKind::Vmis;
-    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
-        let (namespace, name) = key_of(self);
+    type Model = gpuclaim_engine::model::Vmi;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
         let object = serde_json::to_value(self).expect("a DynamicObject always serializes");
-        let vmi = convert::vmi_from_json(&object, &namespace)?;
+        convert::vmi_from_json(&object, &self.namespace().unwrap_or_default())
+    }
+    fn insert((namespace, name): &Key, vmi: Self::Model, view: &mut View, changes: &mut Changes) {
         // The reconciler's event filter: an update it reads nothing new from goes into the cache, not the queue.
-        let needed = vmi_key_needed(view, view.vmi(&namespace, &name), &vmi);
+        let needed = vmi_key_needed(view, view.vmi(namespace, name), &vmi);
         view.upsert_vmi(vmi);
         if needed {
-            changes.vmis.insert((namespace.into(), name.into()));
+            changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
         }
-        Ok(())
     }
     fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_vmi(namespace, name);
@@ -342,10 +375,13 @@ impl Cached for DynamicObject {
 
 impl Cached for Node {
     const KIND: CacheKind = CacheKind::Nodes;
-    fn upsert(&self, view: &mut View, changes: &mut Changes) -> Result<(), ConvertError> {
-        view.upsert_node(convert::node_from_kube(self)?);
-        changes.nodes.insert(self.name_any());
-        Ok(())
+    type Model = gpuclaim_engine::model::Node;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        convert::node_from_kube(self)
+    }
+    fn insert((_, name): &Key, node: Self::Model, view: &mut View, changes: &mut Changes) {
+        view.upsert_node(node);
+        changes.nodes.insert(name.clone());
     }
     fn remove((_, name): &Key, view: &mut View, changes: &mut Changes) {
         view.remove_node(name);
@@ -355,10 +391,13 @@ impl Cached for Node {
 
 impl Cached for ResourceQuota {
     const KIND: CacheKind = CacheKind::Quotas;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        let (namespace, name) = key_of(self);
-        view.upsert_quota(&namespace, &name, convert::quota_budgets(self)?);
-        Ok(())
+    /// The quota's GPU budgets: resource → units.
+    type Model = std::collections::BTreeMap<String, u64>;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        convert::quota_budgets(self)
+    }
+    fn insert((namespace, name): &Key, budgets: Self::Model, view: &mut View, _: &mut Changes) {
+        view.upsert_quota(namespace, name, budgets);
     }
     fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
         view.remove_quota(namespace, name);
@@ -367,9 +406,13 @@ impl Cached for ResourceQuota {
 
 impl Cached for Namespace {
     const KIND: CacheKind = CacheKind::Namespaces;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        view.set_vgpu_entitled(&self.name_any(), convert::vgpu_entitled(self));
-        Ok(())
+    /// Whether the namespace is entitled to vGPUs.
+    type Model = bool;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        Ok(convert::vgpu_entitled(self))
+    }
+    fn insert((_, name): &Key, entitled: Self::Model, view: &mut View, _: &mut Changes) {
+        view.set_vgpu_entitled(name, entitled);
     }
     fn remove((_, name): &Key, view: &mut View, _: &mut Changes) {
         view.set_vgpu_entitled(name, false);
@@ -379,9 +422,12 @@ impl Cached for Namespace {
 /// Only the settings ConfigMap is watched (by name, in the controller's namespace).
 impl Cached for ConfigMap {
     const KIND: CacheKind = CacheKind::Settings;
-    fn upsert(&self, view: &mut View, _: &mut Changes) -> Result<(), ConvertError> {
-        view.settings = convert::settings_from_kube(self);
-        Ok(())
+    type Model = Settings;
+    fn read(&self) -> Result<Self::Model, ConvertError> {
+        Ok(convert::settings_from_kube(self))
+    }
+    fn insert(_: &Key, settings: Self::Model, view: &mut View, _: &mut Changes) {
+        view.settings = settings;
     }
     fn remove(_: &Key, view: &mut View, _: &mut Changes) {
         view.settings = Settings::default();
@@ -389,48 +435,72 @@ impl Cached for ConfigMap {
 }
 
 /// Folds one kind's watch into the view for as long as the task runs; watch errors are retried with kube-runtime's
-/// default backoff.
+/// default backoff. Returns only if the view is poisoned: nothing can be folded into it any more.
 async fn watch_kind<K: Cached>(api: Api<K>, config: watcher::Config, caches: Arc<Caches>) {
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     // The keys this watch has put into the view: what a relist may have to remove.
     let mut known: BTreeSet<Key> = BTreeSet::new();
     let mut listing: Option<Vec<K>> = None;
     while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => listing = Some(Vec::new()),
-            Ok(Event::InitApply(object)) => listing.get_or_insert_with(Vec::new).push(object),
+        let applied = match event {
+            Ok(Event::Init) => {
+                listing = Some(Vec::new());
+                Ok(())
+            }
+            Ok(Event::InitApply(object)) => {
+                listing.get_or_insert_with(Vec::new).push(object);
+                Ok(())
+            }
             Ok(Event::InitDone) => {
-                let listed = listing.take().unwrap_or_default();
-                let keys: BTreeSet<Key> = listed.iter().map(key_of).collect();
-                caches.apply(|view, changes| {
+                let listed: Vec<(Key, Option<K::Model>)> =
+                    listing.take().unwrap_or_default().iter().map(|o| (key_of(o), read_logged(o))).collect();
+                let keys: BTreeSet<Key> = listed.iter().map(|(key, _)| key.clone()).collect();
+                let applied = caches.apply(|view, changes| {
                     let held: BTreeSet<Key> = known.iter().cloned().chain(K::view_keys(view)).collect();
                     for gone in held.difference(&keys) {
                         K::remove(gone, view, changes);
                     }
-                    for object in &listed {
-                        upsert_logged(object, view, changes);
+                    for (key, model) in listed {
+                        if let Some(model) = model {
+                            K::insert(&key, model, view, changes);
+                        }
                     }
                 });
                 known = keys;
                 caches.mark_synced(K::KIND);
+                applied
             }
             Ok(Event::Apply(object)) => {
-                known.insert(key_of(&object));
-                caches.apply(|view, changes| upsert_logged(&object, view, changes));
+                let key = key_of(&object);
+                known.insert(key.clone());
+                match read_logged(&object) {
+                    Some(model) => caches.apply(|view, changes| K::insert(&key, model, view, changes)),
+                    None => Ok(()),
+                }
             }
             Ok(Event::Delete(object)) => {
                 let key = key_of(&object);
                 known.remove(&key);
-                caches.apply(|view, changes| K::remove(&key, view, changes));
+                caches.apply(|view, changes| K::remove(&key, view, changes))
             }
-            Err(error) => tracing::warn!(cache = K::KIND.name(), %error, "watch failed; retrying"),
+            Err(error) => {
+                tracing::warn!(cache = K::KIND.name(), %error, "watch failed; retrying");
+                Ok(())
+            }
+        };
+        if let Err(error) = applied {
+            return tracing::error!(cache = K::KIND.name(), %error, "stopping the watch");
         }
     }
 }
 
-fn upsert_logged<K: Cached>(object: &K, view: &mut View, changes: &mut Changes) {
-    if let Err(error) = object.upsert(view, changes) {
-        let (namespace, name) = key_of(object);
-        tracing::warn!(cache = K::KIND.name(), %namespace, %name, %error, "cannot read the object; keeping its last readable version");
-    }
+/// The object in the engine's terms, or `None` (logged) when it cannot be read: its last readable version stays.
+pub fn read_logged<K: Cached>(object: &K) -> Option<K::Model> {
+    object
+        .read()
+        .inspect_err(|error| {
+            let (namespace, name) = key_of(object);
+            tracing::warn!(cache = K::KIND.name(), %namespace, %name, %error, "cannot read the object; keeping its last readable version");
+        })
+        .ok()
 }

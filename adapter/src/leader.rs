@@ -11,7 +11,11 @@
 //! - Taking over from another holder increments `leaseTransitions` and sets `acquireTime`; renewing keeps both.
 //! - On shutdown the leader releases the Lease (holder cleared), so the next replica need not wait for expiry.
 //!
-//! No maintained crate implements this for kube 5 (kube-runtime has none), hence this one small module.
+//! - What the writer asks before each write is [`Leadership`]: when the last renewal succeeded. It must not write
+//!   once that is older than the renew deadline, whatever the elector's loop has published yet.
+//!
+//! kube-runtime has none; kube-lease-manager 0.13 (for kube 5) lacks a renew deadline, judges expiry by the
+//! holder's clock and writes without preconditions (docs/adapter.md says where), hence this one small module.
 
 use std::time::Duration;
 
@@ -91,6 +95,39 @@ pub struct Elector {
     /// The Lease's spec as last read, and when (on our clock) it last changed.
     observed: Option<(LeaseSpec, Instant)>,
     leading: watch::Sender<bool>,
+    /// When the try that last renewed (or acquired) the Lease started, while leading.
+    renewed: watch::Sender<Option<Instant>>,
+}
+
+/// Whether this replica may act as the leader now, as the writer asks before each call: the start of the last try
+/// that renewed the Lease, and the renew deadline it holds for. The start, not the end, of the try: others judge
+/// expiry from when they saw the record change, which is after our request left.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    /// `None`: no election (a single replica, or a test); it always leads.
+    renewed: Option<watch::Receiver<Option<Instant>>>,
+    renew_deadline: Duration,
+}
+
+impl Leadership {
+    /// Leading without a Lease.
+    pub fn unelected() -> Leadership {
+        Leadership { renewed: None, renew_deadline: Duration::MAX }
+    }
+
+    /// Leading while the last renewal `renewed` says (`None`: not leading) is younger than `renew_deadline`: what
+    /// [`Elector::leadership`] gives, for a test to drive.
+    pub fn following(renewed: watch::Receiver<Option<Instant>>, renew_deadline: Duration) -> Leadership {
+        Leadership { renewed: Some(renewed), renew_deadline }
+    }
+
+    /// How long this replica may still act as the leader; `None` when it may not (no renewal, or the last one is
+    /// older than the renew deadline).
+    pub fn remaining(&self) -> Option<Duration> {
+        let Some(renewed) = &self.renewed else { return Some(self.renew_deadline) };
+        let at = (*renewed.borrow())?;
+        self.renew_deadline.checked_sub(at.elapsed()).filter(|left| !left.is_zero())
+    }
 }
 
 /// What one try found.
@@ -113,7 +150,13 @@ impl Elector {
             timings,
             observed: None,
             leading: watch::Sender::new(false),
+            renewed: watch::Sender::new(None),
         }
+    }
+
+    /// What the writer checks before each call.
+    pub fn leadership(&self) -> Leadership {
+        Leadership { renewed: Some(self.renewed.subscribe()), renew_deadline: self.timings.renew_deadline }
     }
 
     /// Whether this replica leads, as it changes.
@@ -134,10 +177,14 @@ impl Elector {
                 Some(at) => self.timings.renew_deadline.saturating_sub(at.elapsed()),
                 None => self.timings.renew_deadline,
             };
+            let started = Instant::now();
             let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
             let now = Instant::now();
             match attempt {
-                Ok(Ok(Attempt::Leading)) => last_renewed = Some(now),
+                Ok(Ok(Attempt::Leading)) => {
+                    last_renewed = Some(now);
+                    self.renewed.send_replace(Some(started));
+                }
                 Ok(Ok(Attempt::HeldByOther)) => last_renewed = None,
                 Ok(Err(error)) => tracing::warn!(%error, "leader election: try failed"),
                 Err(_) => tracing::warn!(?budget, "leader election: try timed out"),
@@ -147,17 +194,28 @@ impl Elector {
             let leading = last_renewed.is_some_and(|at| now.duration_since(at) < self.timings.renew_deadline);
             if !leading {
                 last_renewed = None;
+                self.renewed.send_replace(None);
             }
             self.set_leading(leading);
+            // A leader wakes by its deadline at the latest, so `leading` turns false when the deadline passes, not
+            // up to a retry period later.
+            let sleep = match last_renewed {
+                Some(at) => self.timings.retry_period.min(self.timings.renew_deadline.saturating_sub(at.elapsed())),
+                None => self.timings.retry_period,
+            };
             tokio::select! {
-                () = tokio::time::sleep(self.timings.retry_period) => {}
+                () = tokio::time::sleep(sleep) => {}
                 () = &mut shutdown => break,
             }
         }
         if *self.leading.borrow() {
+            self.renewed.send_replace(None);
             self.set_leading(false);
-            if let Err(error) = self.release().await {
-                tracing::warn!(%error, "leader election: failed to release the lease");
+            // Bounded like a try: a stop must not hang on an API server that does not answer.
+            match tokio::time::timeout(self.timings.renew_deadline, self.release()).await {
+                Ok(Ok(())) => tracing::info!(lease = %self.name, "released the lease"),
+                Ok(Err(error)) => tracing::warn!(%error, "leader election: failed to release the lease"),
+                Err(_) => tracing::warn!("leader election: releasing the lease timed out"),
             }
         }
     }

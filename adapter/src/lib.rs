@@ -9,13 +9,13 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::{Arc, RwLock};
-//! use gpuclaim_adapter::{https, metrics::Metrics, tls::CertDir, webhook};
+//! use std::sync::Arc;
+//! use gpuclaim_adapter::{https, metrics::Metrics, shared::SharedView, tls::CertDir, webhook};
 //!
 //! let certificate = CertDir::open(std::path::Path::new("/tmp/k8s-webhook-server/serving-certs"))?;
-//! let view = Arc::new(RwLock::new(gpuclaim_engine::model::View::default()));
+//! let view = SharedView::new(gpuclaim_engine::model::View::default());
 //! let router = webhook::router(view, Arc::new(Metrics::new()), webhook::REQUEST_TIMEOUT);
-//! let listener = tokio::net::TcpListener::bind("0.0.0.0:9443").await?;
+//! let listener = https::listen("[::]:9443".parse()?)?;
 //! https::serve(listener, certificate.server_config(), router, https::Limits::default(), std::future::pending()).await;
 //! # Ok(())
 //! # }
@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod reconciler;
 pub mod run;
 pub mod scrape;
+pub mod shared;
 pub mod tls;
 pub mod webhook;
 pub mod writer;

@@ -4,7 +4,9 @@
 //!
 //! Error policy, by the error's kind: a stale view (409 Conflict, 404) refreshes the object and reconciles again
 //! after [`STALE_RETRY_DELAY`]; anything else backs off exponentially up to [`FAILURE_BACKOFF_MAX`]. Either way the
-//! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on.
+//! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on. A
+//! call that timed out counts as a failure; a lease that lapsed mid-pass stops the pass until leadership returns;
+//! a poisoned view (shared.rs) ends the reconciler, which health.rs reports so the kubelet restarts the replica.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::cache::Caches;
 use crate::metrics::Metrics;
-use crate::webhook::VIEW_UNPOISONED;
+use crate::shared::ViewPoisoned;
 use crate::writer::{WriteError, Writer};
 
 /// A full pass at least this often, whatever the watches say: a missed event cannot strand a waiter for long.
@@ -37,6 +39,8 @@ pub enum PassOutcome {
     Stale { error: WriteError, retry_after: Duration },
     /// A write failed; retry (fully) after the backoff.
     Failed { error: WriteError, retry_after: Duration },
+    /// The view is poisoned: nothing can be decided any more.
+    Broken(ViewPoisoned),
 }
 
 pub struct Reconciler {
@@ -87,7 +91,10 @@ impl Reconciler {
                     }
                     None
                 }
-                PassOutcome::NotLeading { .. } => continue,
+                // The writer saw the lease lapse; the elector says so within a retry period. Until then, wait
+                // rather than decide passes that cannot be written.
+                PassOutcome::NotLeading { .. } => Some(STALE_RETRY_DELAY),
+                PassOutcome::Broken(error) => return tracing::error!(%error, "the reconciler stops"),
                 PassOutcome::Stale { error, retry_after } => {
                     tracing::info!(%error, "view was stale; refreshed, reconciling again");
                     Some(retry_after)
@@ -120,13 +127,7 @@ impl Reconciler {
             }
             let mut changed = Vec::new();
             for node in &nodes {
-                let read = self.writer.read_node_live(node).await;
-                let changed_here = read.map_err(|source| WriteError::Failed {
-                    action: "ConfirmPin",
-                    object: ObjectRef::new("", node),
-                    source,
-                })?;
-                if changed_here {
+                if self.writer.read_node_live(node).await? {
                     changed.push(node.clone());
                 }
             }
@@ -135,7 +136,12 @@ impl Reconciler {
             }
             tracing::info!(?changed, "a pin's node changed behind the watch; reconciling again");
             self.metrics.pins_rechecked();
-            actions = controller::reconcile(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
+            let view = self.caches.view.read().map_err(|source| WriteError::View {
+                action: "ConfirmPin",
+                object: ObjectRef::new("", ""),
+                source,
+            })?;
+            actions = controller::reconcile(&view, now);
         }
         Ok(actions)
     }
@@ -146,7 +152,10 @@ impl Reconciler {
         let now = Time::now();
         let changes = self.caches.take_changes();
         let actions: Vec<Action> = {
-            let view = self.caches.view.read().expect(VIEW_UNPOISONED);
+            let view = match self.caches.view.read() {
+                Ok(view) => view,
+                Err(poisoned) => return PassOutcome::Broken(poisoned),
+            };
             if self.full {
                 controller::reconcile(&view, now)
             } else {
@@ -155,16 +164,19 @@ impl Reconciler {
         };
         let actions = match self.confirm_pins(actions, now).await {
             Ok(actions) => actions,
+            Err(WriteError::View { source, .. }) => return PassOutcome::Broken(source),
             Err(error) => {
                 self.full = true;
                 self.failures = self.failures.saturating_add(1);
                 return PassOutcome::Failed { error, retry_after: backoff(self.failures) };
             }
         };
-        let leading = self.leading.clone();
-        let result = self.writer.write_all(&actions, || *leading.borrow()).await;
+        let result = self.writer.write_all(&actions).await;
         self.metrics.reconciled(started.elapsed());
-        self.metrics.observe_view(&self.caches.view.read().expect(VIEW_UNPOISONED), now);
+        match self.caches.view.read() {
+            Ok(view) => self.metrics.observe_view(&view, now),
+            Err(poisoned) => return PassOutcome::Broken(poisoned),
+        }
         match result {
             Ok(written) if written == actions.len() => {
                 self.full = false;
@@ -175,6 +187,7 @@ impl Reconciler {
                 self.full = true;
                 PassOutcome::NotLeading { written }
             }
+            Err(WriteError::View { source, .. }) => PassOutcome::Broken(source),
             Err(error) => {
                 self.full = true;
                 self.failures = self.failures.saturating_add(1);

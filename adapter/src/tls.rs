@@ -7,7 +7,7 @@
 //! that does not match) keeps the old certificate and is reported; the next poll tries again.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::crypto::ring::sign::any_supported_type;
@@ -23,9 +23,6 @@ pub const KEY_FILE: &str = "tls.key";
 /// How often the directory is read for a rotated certificate: cert-manager renews well ahead of expiry and the
 /// kubelet takes up to a minute to update a mounted secret, so ten seconds adds little to that.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Nothing panics while holding the lock (it guards a plain swap), so it is never poisoned.
-const UNPOISONED: &str = "the certificate lock is never poisoned";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -53,7 +50,9 @@ struct Loaded {
 /// The certificate every handshake is answered with; [`CertDir::reload`] swaps it.
 pub struct CertDir {
     dir: PathBuf,
-    serving: RwLock<Serving>,
+    /// A lock that does not poison: the new certificate is built outside it and swapped in whole, so whatever
+    /// panics, the value under it is the old certificate or the new one, never half of either.
+    serving: parking_lot::RwLock<Serving>,
 }
 
 /// The certificate served, and the files' bytes it came from.
@@ -81,18 +80,21 @@ impl CertDir {
     pub fn open(dir: &Path) -> Result<Arc<CertDir>, TlsError> {
         let loaded = read_files(dir)?;
         let key = certified_key(dir, &loaded)?;
-        Ok(Arc::new(CertDir { dir: dir.to_owned(), serving: RwLock::new(Serving { loaded, key: Arc::new(key) }) }))
+        Ok(Arc::new(CertDir {
+            dir: dir.to_owned(),
+            serving: parking_lot::RwLock::new(Serving { loaded, key: Arc::new(key) }),
+        }))
     }
 
     /// Reads the directory again and serves its certificate from the next handshake on if it changed. On an error
     /// the certificate being served stays.
     pub fn reload(&self) -> Result<Reload, TlsError> {
         let loaded = read_files(&self.dir)?;
-        if self.serving.read().expect(UNPOISONED).loaded == loaded {
+        if self.serving.read().loaded == loaded {
             return Ok(Reload::Unchanged);
         }
         let key = Arc::new(certified_key(&self.dir, &loaded)?);
-        *self.serving.write().expect(UNPOISONED) = Serving { loaded, key };
+        *self.serving.write() = Serving { loaded, key };
         Ok(Reload::Rotated)
     }
 
@@ -125,7 +127,7 @@ impl CertDir {
 
 impl ResolvesServerCert for CertDir {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.serving.read().expect(UNPOISONED).key.clone())
+        Some(self.serving.read().key.clone())
     }
 }
 

@@ -5,7 +5,7 @@
 //! A request that is not a review this endpoint can answer gets a 4xx with a one-line message saying what and why;
 //! the API server shows that message in the error it returns to the client (the webhooks fail closed).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -14,12 +14,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use gpuclaim_engine::model::View;
+use gpuclaim_engine::message::readable;
 use gpuclaim_engine::review::{Outcome, ReviewError, Webhook, answer_review};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
+use crate::shared::{SharedView, ViewPoisoned};
 
 /// The largest review accepted. The API server refuses requests over 3 MiB, and a review may carry the object
 /// and the old object, so twice that holds any review it sends.
@@ -28,12 +29,6 @@ pub const REVIEW_BYTES_MAX: usize = 6 * 1024 * 1024;
 /// A review must arrive and be answered within this. The API server waits at most the configuration's
 /// `timeoutSeconds` (the chart sets 10), so a slower answer is of no use to it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The view the webhooks decide on, filled by the caches (or by a test).
-pub type SharedView = Arc<RwLock<View>>;
-
-/// Locks are held only to read or apply one change, never across a panic-prone call, so they are never poisoned.
-pub(crate) const VIEW_UNPOISONED: &str = "the view lock is never poisoned";
 
 #[derive(Clone)]
 struct Endpoint {
@@ -65,7 +60,7 @@ pub fn router(view: SharedView, metrics: Arc<Metrics>, timeout: Duration) -> Rou
 /// Why a request gets no review back.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
-    #[error("expected Content-Type application/json, got {0:?}")]
+    #[error("expected Content-Type application/json, got {}", readable(&format!("{:?}", .0)))]
     ContentType(String),
     #[error("the review is larger than {REVIEW_BYTES_MAX} bytes")]
     TooLarge,
@@ -79,6 +74,9 @@ pub enum RequestError {
     WrongEndpoint { expected: &'static str, got: &'static str, kind: String },
     #[error("the review was not read and answered within {0:?}")]
     Timeout(Duration),
+    /// The view cannot be decided on (shared.rs); /healthz fails too, and the kubelet restarts the replica.
+    #[error("cannot answer: {0}")]
+    ViewPoisoned(ViewPoisoned),
 }
 
 impl RequestError {
@@ -87,6 +85,7 @@ impl RequestError {
             RequestError::ContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             RequestError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RequestError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            RequestError::ViewPoisoned(_) => StatusCode::SERVICE_UNAVAILABLE,
             RequestError::Body(_) | RequestError::NotJson(_) | RequestError::Review(_) => StatusCode::BAD_REQUEST,
             RequestError::WrongEndpoint { .. } => StatusCode::BAD_REQUEST,
         }
@@ -101,18 +100,7 @@ impl IntoResponse for RequestError {
 
 async fn handle(state: &Endpoint, webhook: Webhook, headers: &HeaderMap, body: Body) -> Result<Response, RequestError> {
     let body = read_json_body(headers, body).await.inspect_err(|e| refused(webhook, e))?;
-    let review: Value =
-        serde_json::from_slice(&body).map_err(RequestError::NotJson).inspect_err(|e| refused(webhook, e))?;
-    let (response, outcome) = {
-        let view = state.view.read().expect(VIEW_UNPOISONED);
-        answer_review(&view, &review).map_err(RequestError::Review).inspect_err(|e| refused(webhook, e))?
-    };
-    if outcome.webhook != webhook {
-        let kind = review.pointer("/request/kind/kind").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let error = RequestError::WrongEndpoint { expected: webhook.name(), got: outcome.webhook.name(), kind };
-        refused(webhook, &error);
-        return Err(error);
-    }
+    let (response, outcome) = answer_body(&state.view, webhook, &body).inspect_err(|e| refused(webhook, e))?;
     answered(&response, &outcome);
     state.metrics.admission(&outcome);
     let bytes = serde_json::to_vec(&response).expect("JSON values always serialize");
@@ -120,7 +108,7 @@ async fn handle(state: &Endpoint, webhook: Webhook, headers: &HeaderMap, body: B
 }
 
 /// Reads the body, refusing another media type and anything over [`REVIEW_BYTES_MAX`] without buffering it.
-async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<Bytes, RequestError> {
+pub async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<Bytes, RequestError> {
     let content_type = headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let is_json = content_type
         .as_deref()
@@ -134,6 +122,22 @@ async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Reques
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(RequestError::TooLarge),
         Err(error) => Err(RequestError::Body(error.to_string())),
     }
+}
+
+/// Answers a body [`read_json_body`] read: parses the review, answers it on the view, and refuses a review of
+/// another endpoint's kind. Synchronous and without I/O, so the fuzz driver (`examples/fuzz_readers.rs`) feeds it
+/// bodies exactly as the server does; the view is locked only to answer, not while the body is parsed.
+pub fn answer_body(view: &SharedView, webhook: Webhook, body: &[u8]) -> Result<(Value, Outcome), RequestError> {
+    let review: Value = serde_json::from_slice(body).map_err(RequestError::NotJson)?;
+    let (response, outcome) = {
+        let view = view.read().map_err(RequestError::ViewPoisoned)?;
+        answer_review(&view, &review).map_err(RequestError::Review)?
+    };
+    if outcome.webhook != webhook {
+        let kind = review.pointer("/request/kind/kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+        return Err(RequestError::WrongEndpoint { expected: webhook.name(), got: outcome.webhook.name(), kind });
+    }
+    Ok((response, outcome))
 }
 
 fn answered(response: &Value, outcome: &Outcome) {

@@ -15,9 +15,17 @@
 //! - `PinAndUngate`: ONE merge patch of the pod: the remaining scheduling gates and the pinned node-affinity terms.
 //! - `SetPodWaiting`: a strategic merge patch of the pod's status (conditions merge by type).
 //! - `Event`: a Kubernetes Event (events.k8s.io/v1) on the claim or pod; failures are logged, never fatal.
+//!
+//! Every API call is bounded: a write is sent only while this replica's last lease renewal is younger than the
+//! renew deadline ([`Leadership`]), and is given up after [`CALL_TIMEOUT`] or when what is left of the lease runs
+//! out, whichever comes first. So a hung API server cannot stall the reconciler, and a write cannot still be waiting
+//! on our side once another replica may lead. (A write the API server received before we gave up may still be
+//! applied later; the lease duration's margin over the renew deadline is what covers that.)
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsage, GPUUsageSpec};
 use gpuclaim_engine::controller::{Action, Changes, ClaimStatus, EventKind, ObjectRef};
@@ -29,12 +37,17 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::{Value, json};
 
-use crate::cache::Cached;
+use crate::cache::{Cached, Key, key_of, read_logged};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::webhook::{SharedView, VIEW_UNPOISONED};
+use crate::shared::{SharedView, ViewPoisoned};
 
 /// The field manager our writes are recorded under.
 pub const FIELD_MANAGER: &str = "gpuclaim-controller";
+
+/// The longest one API call may take. The API server answers a write in milliseconds; one that has not answered
+/// in this long is unreachable or overloaded, and the pass is better failed and retried with backoff.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a write failed, and what the reconciler should do about it.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +58,16 @@ pub enum WriteError {
     /// Anything else (the API server unreachable, refused, invalid): back off and reconcile again.
     #[error("{action} {object}: {source}")]
     Failed { action: &'static str, object: ObjectRef, source: kube::Error },
+    /// No answer within the call's budget (the call timeout, or what was left of the lease); the write may or may
+    /// not have been applied: back off and reconcile again, in full.
+    #[error("{action} {object}: no answer within {after:?}; the write may or may not have been applied")]
+    Timeout { action: &'static str, object: ObjectRef, after: Duration },
+    /// The lease was last renewed longer than the renew deadline ago: the call was not sent.
+    #[error("{action} {object}: not sent: this replica's lease was last renewed longer than the renew deadline ago")]
+    NotLeading { action: &'static str, object: ObjectRef },
+    /// The view is poisoned (shared.rs): nothing more can be decided or written.
+    #[error("{action} {object}: {source}")]
+    View { action: &'static str, object: ObjectRef, source: ViewPoisoned },
 }
 
 /// The kinds the writer writes, to refresh the right one after a conflict.
@@ -62,30 +85,49 @@ pub struct Writer {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     params: PatchParams,
+    leadership: Leadership,
+    call_timeout: Duration,
 }
 
 impl Writer {
-    pub fn new(client: kube::Client, view: SharedView, recorder: Recorder, metrics: Arc<Metrics>) -> Writer {
+    /// Writes while `leadership` holds, each call bounded by [`CALL_TIMEOUT`].
+    pub fn new(
+        client: kube::Client,
+        view: SharedView,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        leadership: Leadership,
+    ) -> Writer {
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        Writer { client, view, recorder, metrics, params }
+        Writer { client, view, recorder, metrics, params, leadership, call_timeout: CALL_TIMEOUT }
     }
 
-    /// Writes a pass's actions in order, stopping at the first failure. `leading` is asked before each write, so a
-    /// replica that lost the lease mid-pass stops writing.
-    pub async fn write_all(&self, actions: &[Action], leading: impl Fn() -> bool) -> Result<usize, WriteError> {
+    /// The same writer with another bound on each call (tests use a short one).
+    pub fn with_call_timeout(self, call_timeout: Duration) -> Writer {
+        Writer { call_timeout, ..self }
+    }
+
+    /// Writes a pass's actions in order, stopping at the first failure. Leadership is checked before each call, so
+    /// a replica whose lease lapsed mid-pass stops writing: then it returns how many actions were written whole.
+    pub async fn write_all(&self, actions: &[Action]) -> Result<usize, WriteError> {
         let mut created: BTreeMap<(String, String), String> = BTreeMap::new();
         for (written, action) in actions.iter().enumerate() {
-            if !leading() {
+            if self.leadership.remaining().is_none() {
                 return Ok(written);
             }
             let result = self.write(action, &mut created).await;
             let outcome = match &result {
                 Ok(()) => "ok",
                 Err(WriteError::Stale { .. }) => "stale",
-                Err(WriteError::Failed { .. }) => "error",
+                Err(WriteError::Failed { .. } | WriteError::View { .. }) => "error",
+                Err(WriteError::Timeout { .. }) => "timeout",
+                Err(WriteError::NotLeading { .. }) => "not_sent",
             };
             self.metrics.write(action_name(action), outcome);
-            result?;
+            match result {
+                Err(WriteError::NotLeading { .. }) => return Ok(written),
+                result => result?,
+            }
         }
         Ok(actions.len())
     }
@@ -116,10 +158,9 @@ impl Writer {
                     ..DeleteParams::default()
                 };
                 let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-                api.delete(&claim.name, &params).await.map_err(|e| fail(action, ObjectKind::Claim, claim, e))?;
-                self.apply(|view, changes| {
-                    GPUClaim::remove(&(claim.namespace.to_string(), claim.name.to_string()), view, changes)
-                });
+                self.call(action_name(action), ObjectKind::Claim, claim, api.delete(&claim.name, &params)).await?;
+                let key = (claim.namespace.to_string(), claim.name.to_string());
+                self.apply(action_name(action), claim, |view, changes| GPUClaim::remove(&key, view, changes))?;
             }
             Action::OpenUsage { usage } => {
                 let claim_uid = match usage.claim_uid.as_str() {
@@ -132,32 +173,29 @@ impl Writer {
                 let object = usage_object(usage, &claim_uid);
                 let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
                 let reference = ObjectRef::new(&usage.namespace, &usage.name);
-                let written = api
-                    .create(
-                        &PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() },
-                        &object,
-                    )
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Usage, &reference, e))?;
-                self.upsert(&written);
+                let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
+                let written =
+                    self.call(action_name(action), ObjectKind::Usage, &reference, api.create(&params, &object)).await?;
+                self.upsert(action_name(action), &reference, &written)?;
             }
             Action::CloseUsage { usage, precondition, end } => {
                 let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"endTime": KubeTime(*end)}});
                 let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
-                let written = api
-                    .patch(&usage.name, &self.params, &Patch::Merge(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Usage, usage, e))?;
-                self.upsert(&written);
+                let patch = Patch::Merge(patch);
+                let written = self
+                    .call(action_name(action), ObjectKind::Usage, usage, api.patch(&usage.name, &self.params, &patch))
+                    .await?;
+                self.upsert(action_name(action), usage, &written)?;
             }
             Action::PinAndUngate { pod, precondition, node: _, terms } => {
-                let gates = self.remaining_gates(pod);
+                let gates = self.remaining_gates(action, pod)?;
                 self.merge_pod(action, pod, pin_and_ungate_patch(precondition, &gates, terms)).await?;
             }
             // The two-update counterfactual's writes (never decided by the shipped engine the adapter runs): the
             // gate removal on the decided resourceVersion, then the pin on whatever the pod is now.
             Action::Ungate { pod, precondition } => {
-                let gates: Vec<Value> = self.remaining_gates(pod).iter().map(|name| json!({"name": name})).collect();
+                let gates: Vec<Value> =
+                    self.remaining_gates(action, pod)?.iter().map(|name| json!({"name": name})).collect();
                 let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"schedulingGates": gates}});
                 self.merge_pod(action, pod, patch).await?;
             }
@@ -169,23 +207,28 @@ impl Writer {
             Action::SetPodWaiting { pod, precondition, waiting } => {
                 let patch = pod_waiting_patch(precondition, waiting, now());
                 let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
-                let written = api
-                    .patch_status(&pod.name, &self.params, &Patch::Strategic(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
-                self.upsert(&written);
+                let patch = Patch::Strategic(patch);
+                let written = self
+                    .call(action_name(action), ObjectKind::Pod, pod, api.patch_status(&pod.name, &self.params, &patch))
+                    .await?;
+                self.upsert(action_name(action), pod, &written)?;
             }
             Action::PublishClass { class, precondition, published } => {
                 let patch = publish_patch(precondition, published);
                 let api = Api::<GPUClass>::all(self.client.clone());
                 let reference = ObjectRef::new("", class);
-                let written = api
-                    .patch_status(class, &self.params, &Patch::Merge(patch))
-                    .await
-                    .map_err(|e| fail(action, ObjectKind::Class, &reference, e))?;
-                self.upsert(&written);
+                let patch = Patch::Merge(patch);
+                let written = self
+                    .call(
+                        action_name(action),
+                        ObjectKind::Class,
+                        &reference,
+                        api.patch_status(class, &self.params, &patch),
+                    )
+                    .await?;
+                self.upsert(action_name(action), &reference, &written)?;
             }
-            Action::Event { kind, object, reason, message } => self.event(*kind, object, reason, message).await,
+            Action::Event { kind, object, reason, message } => self.event(*kind, object, reason, message).await?,
         }
         Ok(())
     }
@@ -193,12 +236,10 @@ impl Writer {
     /// One merge patch of a pod's spec (the pin and the gates), its result into the cache.
     async fn merge_pod(&self, action: &Action, pod: &ObjectRef, patch: Value) -> Result<(), WriteError> {
         let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
-        let written = api
-            .patch(&pod.name, &self.params, &Patch::Merge(patch))
-            .await
-            .map_err(|e| fail(action, ObjectKind::Pod, pod, e))?;
-        self.upsert(&written);
-        Ok(())
+        let patch = Patch::Merge(patch);
+        let written =
+            self.call(action_name(action), ObjectKind::Pod, pod, api.patch(&pod.name, &self.params, &patch)).await?;
+        self.upsert(action_name(action), pod, &written)
     }
 
     async fn create_claim(
@@ -212,11 +253,8 @@ impl Writer {
         let object = template_claim(claim, class, count, owner);
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
         let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
-        let written = api
-            .create(&params, &object)
-            .await
-            .map_err(|e| stale_or_failed("CreateClaim", ObjectKind::Claim, claim, e))?;
-        self.upsert(&written);
+        let written = self.call("CreateClaim", ObjectKind::Claim, claim, api.create(&params, &object)).await?;
+        self.upsert("CreateClaim", claim, &written)?;
         let version = written.metadata.resource_version.clone().unwrap_or_default();
         self.patch_claim_status("CreateClaim", claim, &version, status).await?;
         Ok(written.metadata.uid.unwrap_or_default())
@@ -225,11 +263,10 @@ impl Writer {
     /// Adds or removes our finalizer, keeping everyone else's; returns the new resourceVersion.
     async fn set_finalizer(&self, claim: &ObjectRef, precondition: &str, keep: bool) -> Result<String, WriteError> {
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-        let current =
-            api.get(&claim.name).await.map_err(|e| stale_or_failed("UpdateClaim", ObjectKind::Claim, claim, e))?;
+        let current = self.call("UpdateClaim", ObjectKind::Claim, claim, api.get(&claim.name)).await?;
         let version = current.metadata.resource_version.clone().unwrap_or_default();
         if version != precondition {
-            self.upsert(&current);
+            self.upsert("UpdateClaim", claim, &current)?;
             let message = format!("read at resourceVersion {precondition}, now {version}");
             return Err(WriteError::Stale {
                 action: "UpdateClaim",
@@ -249,12 +286,10 @@ impl Writer {
         if keep {
             finalizers.push(keys::FINALIZER_RELEASE.to_owned());
         }
-        let patch = json!({"metadata": {"resourceVersion": precondition, "finalizers": finalizers}});
-        let written = api
-            .patch(&claim.name, &self.params, &Patch::Merge(patch))
-            .await
-            .map_err(|e| stale_or_failed("UpdateClaim", ObjectKind::Claim, claim, e))?;
-        self.upsert(&written);
+        let patch = Patch::Merge(json!({"metadata": {"resourceVersion": precondition, "finalizers": finalizers}}));
+        let written =
+            self.call("UpdateClaim", ObjectKind::Claim, claim, api.patch(&claim.name, &self.params, &patch)).await?;
+        self.upsert("UpdateClaim", claim, &written)?;
         Ok(written.metadata.resource_version.unwrap_or_default())
     }
 
@@ -265,27 +300,25 @@ impl Writer {
         version: &str,
         status: &ClaimStatus,
     ) -> Result<(), WriteError> {
-        let patch = claim_status_patch(version, status, now());
+        let patch = Patch::Merge(claim_status_patch(version, status, now()));
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-        let written = api
-            .patch_status(&claim.name, &self.params, &Patch::Merge(patch))
-            .await
-            .map_err(|e| stale_or_failed(action, ObjectKind::Claim, claim, e))?;
-        self.upsert(&written);
-        Ok(())
+        let written =
+            self.call(action, ObjectKind::Claim, claim, api.patch_status(&claim.name, &self.params, &patch)).await?;
+        self.upsert(action, claim, &written)
     }
 
     /// The pod's gates without ours, as the view read them at the precondition's resourceVersion.
-    fn remaining_gates(&self, pod: &ObjectRef) -> Vec<String> {
-        let view = self.view.read().expect(VIEW_UNPOISONED);
-        view.pod(&pod.namespace, &pod.name)
+    fn remaining_gates(&self, action: &Action, pod: &ObjectRef) -> Result<Vec<String>, WriteError> {
+        let view = self.view.read().map_err(|source| view_error(action_name(action), pod, source))?;
+        Ok(view
+            .pod(&pod.namespace, &pod.name)
             .map(|p| p.scheduling_gates.iter().filter(|g| *g != keys::GATE_PLACEMENT).map(|g| g.to_string()).collect())
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
-    async fn event(&self, kind: EventKind, object: &ObjectRef, reason: &str, message: &str) {
+    async fn event(&self, kind: EventKind, object: &ObjectRef, reason: &str, message: &str) -> Result<(), WriteError> {
         let (api_version, kind_name, uid) = {
-            let view = self.view.read().expect(VIEW_UNPOISONED);
+            let view = self.view.read().map_err(|source| view_error("Event", object, source))?;
             match kind {
                 EventKind::Claim => (
                     keys::API_VERSION,
@@ -310,82 +343,128 @@ impl Writer {
             action: "Reconcile".to_owned(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, &regarding).await {
-            tracing::warn!(%object, reason, %error, "failed to record an event");
+        // Best effort, but bounded and only while leading like any write: a failure is logged, never fatal.
+        let Some(left) = self.leadership.remaining() else {
+            tracing::debug!(%object, reason, "not recording an event: the lease lapsed");
+            return Ok(());
+        };
+        match tokio::time::timeout(left.min(self.call_timeout), self.recorder.publish(&event, &regarding)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%object, reason, %error, "failed to record an event"),
+            Err(_) => tracing::warn!(%object, reason, "failed to record an event: no answer in time"),
+        }
+        Ok(())
+    }
+
+    /// One API call of a write: sent only while this replica may lead, and given up after the call timeout or once
+    /// what was left of the lease runs out, whichever comes first. (`request` is lazy: nothing is sent before the
+    /// check.)
+    async fn call<T>(
+        &self,
+        action: &'static str,
+        kind: ObjectKind,
+        object: &ObjectRef,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        let Some(left) = self.leadership.remaining() else {
+            return Err(WriteError::NotLeading { action, object: object.clone() });
+        };
+        let budget = left.min(self.call_timeout);
+        match tokio::time::timeout(budget, request).await {
+            Ok(answer) => answer.map_err(|error| stale_or_failed(action, kind, object, error)),
+            Err(_) => Err(WriteError::Timeout { action, object: object.clone(), after: budget }),
         }
     }
 
-    fn upsert<K: Cached>(&self, object: &K) {
-        let mut changes = Changes::default();
-        let mut view = self.view.write().expect(VIEW_UNPOISONED);
-        if let Err(error) = object.upsert(&mut view, &mut changes) {
-            tracing::warn!(%error, "cannot read back a written object");
+    /// One read, bounded by the call timeout like any call; reads need no lease.
+    async fn read<T>(
+        &self,
+        action: &'static str,
+        object: &ObjectRef,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        match tokio::time::timeout(self.call_timeout, request).await {
+            Ok(answer) => answer.map_err(|source| WriteError::Failed { action, object: object.clone(), source }),
+            Err(_) => Err(WriteError::Timeout { action, object: object.clone(), after: self.call_timeout }),
         }
     }
 
-    fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) {
-        let mut changes = Changes::default();
-        change(&mut self.view.write().expect(VIEW_UNPOISONED), &mut changes);
+    /// Puts what the API server returned into the view, read into the engine's terms before the lock is taken.
+    fn upsert<K: Cached>(&self, action: &'static str, object: &ObjectRef, written: &K) -> Result<(), WriteError> {
+        let key = key_of(written);
+        match read_logged(written) {
+            Some(model) => self.apply(action, object, |view, changes| K::insert(&key, model, view, changes)),
+            None => Ok(()),
+        }
+    }
+
+    fn apply(
+        &self,
+        action: &'static str,
+        object: &ObjectRef,
+        change: impl FnOnce(&mut View, &mut Changes),
+    ) -> Result<(), WriteError> {
+        let mut view = self.view.write().map_err(|source| view_error(action, object, source))?;
+        change(&mut view, &mut Changes::default());
+        Ok(())
     }
 
     /// Confirms a pin's node before a pass that pins there is written (docs/controller.md, "Pins are confirmed"):
     /// reads the node and the pods bound there from the API server, past the watch, and puts into the view each
     /// one newer than the cached copy ([`newer`]). Returns whether that changed the node as placement sees it.
     /// Pods the list no longer shows are left to the watch.
-    pub async fn read_node_live(&self, node: &str) -> Result<bool, kube::Error> {
-        let live_node = Api::<Node>::all(self.client.clone()).get_opt(node).await?;
+    pub async fn read_node_live(&self, node: &str) -> Result<bool, WriteError> {
+        let reference = ObjectRef::new("", node);
+        let live_node =
+            self.read("ConfirmPin", &reference, Api::<Node>::all(self.client.clone()).get_opt(node)).await?;
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let pods = Api::<Pod>::all(self.client.clone()).list(&params).await?.items;
+        let pods = Api::<Pod>::all(self.client.clone());
+        let pods = self.read("ConfirmPin", &reference, pods.list(&params)).await?.items;
+        // Read into the engine's terms before the lock; each with the resourceVersion it is compared by.
+        let live_node = live_node.and_then(|live| Some((live.metadata.resource_version.clone(), read_logged(&live)?)));
+        let pods: Vec<(Key, Option<String>, _)> = pods
+            .iter()
+            .filter_map(|pod| Some((key_of(pod), pod.metadata.resource_version.clone(), read_logged(pod)?)))
+            .collect();
         let mut changes = Changes::default();
-        let mut view = self.view.write().expect(VIEW_UNPOISONED);
+        let mut view = self.view.write().map_err(|source| view_error("ConfirmPin", &reference, source))?;
         let before = view.node_standing(node);
-        if let Some(live) = live_node
-            && newer(view.node(node).map(|n| n.resource_version.as_str()), live.metadata.resource_version.as_deref())
-            && let Err(error) = live.upsert(&mut view, &mut changes)
+        if let Some((version, live)) = live_node
+            && newer(view.node(node).map(|n| n.resource_version.as_str()), version.as_deref())
         {
-            tracing::warn!(%error, node, "cannot read a live node");
+            Node::insert(&(String::new(), node.to_owned()), live, &mut view, &mut changes);
         }
-        for pod in pods {
-            let (namespace, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone());
-            let cached = view.pod(&namespace, name.as_deref().unwrap_or_default()).map(|p| p.resource_version.as_str());
-            if newer(cached, pod.metadata.resource_version.as_deref())
-                && let Err(error) = pod.upsert(&mut view, &mut changes)
-            {
-                tracing::warn!(%error, namespace, ?name, "cannot read a live pod");
+        for (key, version, pod) in pods {
+            let cached = view.pod(&key.0, &key.1).map(|p| p.resource_version.as_str());
+            if newer(cached, version.as_deref()) {
+                Pod::insert(&key, pod, &mut view, &mut changes);
             }
         }
         Ok(view.node_standing(node) != before)
     }
 
     /// Reads an object again after a conflict and puts it (or its absence) into the view.
-    pub async fn refresh(&self, kind: ObjectKind, object: &ObjectRef) -> Result<(), kube::Error> {
-        let key = (object.namespace.to_string(), object.name.to_string());
+    pub async fn refresh(&self, kind: ObjectKind, object: &ObjectRef) -> Result<(), WriteError> {
+        let client = self.client.clone();
         match kind {
-            ObjectKind::Claim => {
-                match Api::<GPUClaim>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
-                    Some(claim) => self.upsert(&claim),
-                    None => self.apply(|view, changes| GPUClaim::remove(&key, view, changes)),
-                }
-            }
-            ObjectKind::Usage => {
-                match Api::<GPUUsage>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
-                    Some(usage) => self.upsert(&usage),
-                    None => self.apply(|view, changes| GPUUsage::remove(&key, view, changes)),
-                }
-            }
-            ObjectKind::Pod => {
-                match Api::<Pod>::namespaced(self.client.clone(), &object.namespace).get_opt(&object.name).await? {
-                    Some(pod) => self.upsert(&pod),
-                    None => self.apply(|view, changes| Pod::remove(&key, view, changes)),
-                }
-            }
-            ObjectKind::Class => match Api::<GPUClass>::all(self.client.clone()).get_opt(&object.name).await? {
-                Some(class) => self.upsert(&class),
-                None => self.apply(|view, changes| GPUClass::remove(&key, view, changes)),
-            },
+            ObjectKind::Claim => self.refresh_one(object, Api::<GPUClaim>::namespaced(client, &object.namespace)).await,
+            ObjectKind::Usage => self.refresh_one(object, Api::<GPUUsage>::namespaced(client, &object.namespace)).await,
+            ObjectKind::Pod => self.refresh_one(object, Api::<Pod>::namespaced(client, &object.namespace)).await,
+            ObjectKind::Class => self.refresh_one(object, Api::<GPUClass>::all(client)).await,
         }
-        Ok(())
     }
+
+    async fn refresh_one<K: Cached>(&self, object: &ObjectRef, api: Api<K>) -> Result<(), WriteError> {
+        let key = (object.namespace.to_string(), object.name.to_string());
+        match self.read("Refresh", object, api.get_opt(&object.name)).await? {
+            Some(live) => self.upsert("Refresh", object, &live),
+            None => self.apply("Refresh", object, |view, changes| K::remove(&key, view, changes)),
+        }
+    }
+}
+
+fn view_error(action: &'static str, object: &ObjectRef, source: ViewPoisoned) -> WriteError {
+    WriteError::View { action, object: object.clone(), source }
 }
 
 /// Whether a live object at `live` is newer than the cached copy at `cached`. resourceVersions are opaque to
@@ -419,10 +498,6 @@ fn action_name(action: &Action) -> &'static str {
         Action::PublishClass { .. } => "PublishClass",
         Action::Event { .. } => "Event",
     }
-}
-
-fn fail(action: &Action, kind: ObjectKind, object: &ObjectRef, error: kube::Error) -> WriteError {
-    stale_or_failed(action_name(action), kind, object, error)
 }
 
 /// 409 (Conflict, AlreadyExists) and 404 mean the view is behind: refresh and retry. Anything else is a failure.

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use gpuclaim_engine::message::readable;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb};
@@ -24,9 +25,9 @@ pub const SAMPLES_DEFAULT: u32 = 48;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StudyError {
-    #[error("failed to read {path}: {source}")]
+    #[error("failed to read {}: {source}", readable(&.path.display().to_string()))]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("{path}: field {field}: {reason}")]
+    #[error("{}: field {}: {}", readable(&.path.display().to_string()), readable(.field), readable(.reason))]
     Invalid { path: PathBuf, field: String, reason: String },
 }
 
@@ -332,7 +333,8 @@ pub fn load_study(path: &Path) -> Result<Study, StudyError> {
 pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
     let invalid =
         |field: &str, reason: String| StudyError::Invalid { path: path.to_owned(), field: field.to_owned(), reason };
-    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| invalid("(study)", format!("not valid YAML: {e}")))?;
+    let value: Value =
+        gpuclaim_engine::yaml::from_str(text).map_err(|e| invalid("(study)", format!("not valid YAML: {e}")))?;
     let file: StudyFile = serde_path_to_error::deserialize(&value).map_err(|e| {
         let field = e.path().to_string();
         invalid(if field == "." { "(study)" } else { &field }, e.into_inner().to_string())
@@ -353,7 +355,7 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
             let scenario_path = study_dir.join(scenario);
             let scenario_text = std::fs::read_to_string(&scenario_path)
                 .map_err(|source| StudyError::Read { path: scenario_path.clone(), source })?;
-            let base: Value = serde_yaml_ng::from_str(&scenario_text).map_err(|e| StudyError::Invalid {
+            let base: Value = gpuclaim_engine::yaml::from_str(&scenario_text).map_err(|e| StudyError::Invalid {
                 path: scenario_path.clone(),
                 field: "(scenario)".to_owned(),
                 reason: format!("not valid YAML: {e}"),
@@ -362,8 +364,9 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         }
         (None, Some(import)) => (path.to_owned(), "import", import_base(import, study_dir, &invalid)?),
     };
-    if let Some(duration) = file.duration {
-        base["duration"] = Value::String(format!("{}ms", duration.0.0));
+    // A base that is not a map is refused by the parse below, naming the base; indexing it here would panic.
+    if let (Some(duration), Some(base)) = (file.duration, base.as_object_mut()) {
+        base.insert("duration".to_owned(), Value::String(format!("{}ms", duration.0.0)));
     }
     let parsed_base = to_scenario(&base).map_err(|reason| StudyError::Invalid {
         path: base_path.clone(),
@@ -546,7 +549,7 @@ fn import_base(
     options.shared = if openb.shared_as_whole { SharedGpus::Whole } else { SharedGpus::Vgpu };
     options.ignore_deletion = openb.ignore_deletion;
     let imported = import_openb(&options).map_err(|e| invalid("import.openb", e.to_string()))?;
-    serde_yaml_ng::from_str(&imported.to_yaml())
+    gpuclaim_engine::yaml::from_str(&imported.to_yaml())
         .map_err(|e| invalid("import.openb", format!("the imported scenario is not valid YAML: {e}")))
 }
 
@@ -659,7 +662,8 @@ fn new_count(now: u64, count: &Value) -> Result<u64, String> {
         Value::Number(n) => n.as_i64().ok_or("a whole number of nodes")?,
         Value::String(s) if s.starts_with('+') || s.starts_with('-') => {
             let delta: i64 = s.parse().map_err(|_| format!("{s:?} is not +n or -n"))?;
-            now as i64 + delta
+            // A node count is a u32, so `now` fits; the sum of a huge delta may not.
+            (now as i64).checked_add(delta).ok_or_else(|| format!("{now} nodes {s} is past any node count"))?
         }
         Value::String(s) if s.starts_with('x') => {
             let factor: f64 = s[1..].parse().map_err(|_| format!("{s:?} is not x<factor>"))?;
@@ -837,6 +841,23 @@ mod tests {
         assert_eq!(new_count(10, &Value::from("x0.25")).unwrap(), 3);
         assert_eq!(new_count(10, &Value::from("+2")).unwrap(), 12);
         assert!(new_count(1, &Value::from("-2")).unwrap_err().contains("below zero"));
+    }
+
+    #[test]
+    fn a_node_count_change_past_any_integer_is_refused() {
+        // `now + delta` overflowed (found by the fuzz harness).
+        let error = new_count(4, &Value::from("+9223372036854775807")).unwrap_err();
+        assert_eq!(error, "4 nodes +9223372036854775807 is past any node count");
+    }
+
+    #[test]
+    fn a_base_scenario_that_is_not_a_map_is_refused_when_the_study_sets_the_duration() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("base.yaml"), "[1, 2]\n").unwrap();
+        let study = "name: s\nscenario: base.yaml\nduration: 1h\nvariants: [{name: a}]\n";
+        let error = parse_study(study, &dir.path().join("study.yaml")).unwrap_err().to_string();
+        // A sequence reads as a struct by position: its first item is not a name.
+        assert!(error.contains("base.yaml: field (scenario): field [0]: invalid type: integer"), "{error}");
     }
 
     #[test]

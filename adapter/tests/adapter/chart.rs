@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
 use gpuclaim_engine::keys;
@@ -11,21 +10,25 @@ use gpuclaim_engine::review::Webhook;
 use kube::Resource;
 use serde_json::Value;
 
-use crate::support::repo_root;
+#[path = "../../../tests/support/helm.rs"]
+mod helm;
+use helm::{helm, helm_run, of_kind};
 
 const WEBHOOKS: [Webhook; 3] = [Webhook::Vmi, Webhook::Pod, Webhook::Order];
 
 fn chart() -> PathBuf {
-    repo_root().join("charts/gpuclaim")
+    helm::chart()
 }
 
-/// The chart's own files: templates and values (the CRDs are checked on their own).
+/// The chart's own files: templates, values and the admission configuration (the CRDs are checked on their own).
 fn chart_texts() -> Vec<(PathBuf, String)> {
     let mut files = vec![chart().join("values.yaml")];
-    let mut templates: Vec<PathBuf> =
-        std::fs::read_dir(chart().join("templates")).unwrap().map(|e| e.unwrap().path()).collect();
-    templates.sort();
-    files.extend(templates);
+    for dir in ["templates", "admission/webhooks", "admission/policies"] {
+        let mut paths: Vec<PathBuf> =
+            std::fs::read_dir(chart().join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        paths.sort();
+        files.extend(paths);
+    }
     files.into_iter().map(|path| (path.clone(), std::fs::read_to_string(&path).unwrap())).collect()
 }
 
@@ -45,13 +48,15 @@ fn our_names() -> BTreeSet<String> {
         keys::GATE_PLACEMENT,
         keys::LABEL_VGPU_ENTITLED,
         keys::SETTINGS_CONFIGMAP,
-        keys::SETTINGS_TEMPLATE_CLAIM_CREATOR,
+        keys::SETTINGS_CONTROLLER_USER,
+        keys::SETTINGS_KUBEVIRT_USERS,
+        keys::SETTINGS_PLATFORM_ADMIN_GROUPS,
         keys::DEFAULT_CONTROLLER_NAMESPACE,
     ]
     .into_iter()
     .map(str::to_owned)
     .collect();
-    names.extend(WEBHOOKS.map(|w| format!("{}.{}", w.name(), keys::GROUP)));
+    names.extend(WEBHOOKS.iter().flat_map(|w| w.registrations()).map(|name| format!("{name}.{}", keys::GROUP)));
     names.extend(plurals().map(|p| format!("{p}.{}", keys::GROUP)));
     names
 }
@@ -60,7 +65,11 @@ fn our_names() -> BTreeSet<String> {
 fn our_words(text: &str) -> BTreeSet<String> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || "./_-".contains(c)))
         .map(|w| w.trim_end_matches('.'))
-        .filter(|w| w.contains(keys::GROUP) || w.starts_with("gpu-claims") || w.starts_with("templateClaim"))
+        .filter(|w| {
+            w.contains(keys::GROUP)
+                || w.starts_with("gpu-claims")
+                || ["controllerUser", "kubevirtUsers", "platformAdminGroups"].iter().any(|key| w.starts_with(key))
+        })
         .map(str::to_owned)
         .collect()
 }
@@ -90,10 +99,17 @@ fn every_key_the_chart_writes_is_the_engines() {
     for needed in [keys::GROUP, keys::LABEL_CLAIMS, keys::LABEL_TEMPLATE_CLAIM, keys::SETTINGS_CONFIGMAP] {
         assert!(used.contains(needed), "the chart never writes {needed:?}");
     }
-    assert!(used.contains(keys::SETTINGS_TEMPLATE_CLAIM_CREATOR));
+    for needed in [keys::SETTINGS_CONTROLLER_USER, keys::SETTINGS_KUBEVIRT_USERS, keys::SETTINGS_PLATFORM_ADMIN_GROUPS]
+    {
+        assert!(used.contains(needed), "the chart never writes {needed:?}");
+    }
     let all: String = chart_texts().into_iter().map(|(_, text)| text).collect();
     for webhook in WEBHOOKS {
         assert!(all.contains(&format!("path: {}\n", webhook.path())), "no webhook points at {}", webhook.path());
+        for stem in webhook.registrations() {
+            let registration = format!("admission/webhooks/{stem}.yaml");
+            assert!(all.contains(&registration), "templates/webhooks.yaml never includes {registration}");
+        }
     }
     for plural in plurals() {
         assert!(all.contains(&format!("\"{plural}\"")), "the chart never names the resource {plural}");
@@ -108,43 +124,9 @@ fn the_key_scan_catches_a_key_the_engine_does_not_have() {
     assert_eq!(strays, ["gpu-claims-setting", "gpu.cozystack.io/claim"]);
 }
 
-/// The helm binary: `$HELM`, else `helm` on the PATH; `None` (and a note saying how to get one) when neither runs.
-fn helm() -> Option<PathBuf> {
-    let candidate = std::env::var_os("HELM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("helm"));
-    match Command::new(&candidate).arg("version").output() {
-        Ok(output) if output.status.success() => Some(candidate),
-        _ => {
-            eprintln!(
-                "skipped: no helm ({}); `.ci/helm` fetches one and prints its path for HELM",
-                candidate.display()
-            );
-            None
-        }
-    }
-}
-
-fn helm_run(helm: &Path, args: &[&str]) -> String {
-    let output = Command::new(helm).args(args).arg(chart()).output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "helm {args:?} failed: {stderr}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// The rendered documents, as JSON values.
 fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
-    let mut args = vec!["template", "gpuclaim", "--namespace", keys::DEFAULT_CONTROLLER_NAMESPACE];
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    let text = helm_run(helm, &args);
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|document| serde::Deserialize::deserialize(document).unwrap())
-        .filter(|document: &Value| !document.is_null())
-        .collect()
-}
-
-fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    documents.iter().filter(|d| d["kind"] == kind).collect()
+    helm::render(helm, &[], sets)
 }
 
 #[test]
@@ -163,6 +145,7 @@ fn the_rendered_deployment_runs_two_spread_replicas_behind_a_pdb() {
     assert_eq!(deployment["spec"]["replicas"], 2);
     let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
     assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!((&spread["nodeAffinityPolicy"], &spread["nodeTaintsPolicy"]), (&"Honor".into(), &"Honor".into()));
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
     let namespace_arg = format!("--controller-namespace={}", keys::DEFAULT_CONTROLLER_NAMESPACE);
     assert!(args.iter().any(|a| a == &Value::from(namespace_arg.as_str())), "{args:?}");
@@ -173,7 +156,7 @@ fn the_rendered_deployment_runs_two_spread_replicas_behind_a_pdb() {
 }
 
 #[test]
-fn the_rendered_webhooks_fail_closed_on_create_only_at_the_engines_paths() {
+fn the_rendered_webhooks_fail_closed_at_the_engines_paths_for_the_operations_they_decide() {
     let Some(helm) = helm() else { return };
     let documents = render(&helm, &["gpu.enabled=true"]);
     let configurations: Vec<&Value> = of_kind(&documents, "MutatingWebhookConfiguration")
@@ -181,16 +164,23 @@ fn the_rendered_webhooks_fail_closed_on_create_only_at_the_engines_paths() {
         .chain(of_kind(&documents, "ValidatingWebhookConfiguration"))
         .collect();
     assert_eq!(configurations.len(), 3);
-    for webhook in WEBHOOKS {
-        let name = format!("{}.{}", webhook.name(), keys::GROUP);
+    let registrations =
+        [("vmi", Webhook::Vmi), ("pod", Webhook::Pod), ("order", Webhook::Order), ("order-update", Webhook::Order)];
+    for (stem, webhook) in registrations {
+        let name = format!("{stem}.{}", keys::GROUP);
         let entry = configurations
             .iter()
             .flat_map(|c| c["webhooks"].as_array().unwrap())
             .find(|w| w["name"] == name.as_str())
             .unwrap_or_else(|| panic!("no webhook {name}"));
-        assert_eq!(entry["failurePolicy"], "Fail", "{name}");
+        // Updates are a second line behind the CRD's rule: they fail open, so the controller never waits on them.
+        assert_eq!(entry["failurePolicy"], if stem == "order-update" { "Ignore" } else { "Fail" }, "{name}");
         assert_eq!(entry["clientConfig"]["service"]["path"], webhook.path(), "{name}");
-        assert_eq!(entry["rules"][0]["operations"], serde_json::json!(["CREATE"]), "{name}");
+        let operations = match stem {
+            "order-update" => serde_json::json!(["UPDATE"]),
+            _ => serde_json::json!(["CREATE"]),
+        };
+        assert_eq!(entry["rules"][0]["operations"], operations, "{name}");
         assert_eq!(entry["timeoutSeconds"], 10, "{name}");
         let excluded = &entry["namespaceSelector"]["matchExpressions"][0]["values"];
         for namespace in ["kube-system", keys::DEFAULT_CONTROLLER_NAMESPACE] {
@@ -198,6 +188,11 @@ fn the_rendered_webhooks_fail_closed_on_create_only_at_the_engines_paths() {
         }
         if webhook == Webhook::Pod {
             assert_eq!(entry["objectSelector"]["matchLabels"], serde_json::json!({ keys::LABEL_CLAIMS: keys::TRUE }));
+            // A webhook outage must never block a migration: KubeVirt's targets are not sent to it.
+            let expressions = serde_json::json!([
+                {"key": keys::kubevirt::LABEL_MIGRATION_JOB_UID, "operator": "DoesNotExist"}
+            ]);
+            assert_eq!(entry["objectSelector"]["matchExpressions"], expressions);
         }
     }
     for configuration in configurations {
@@ -237,22 +232,41 @@ fn the_rendered_rbac_grants_the_reviews_and_the_writes_and_nothing_wider() {
 }
 
 #[test]
-fn the_rendered_tamper_policy_takes_the_settings_configmap_as_its_parameter() {
+fn the_rendered_policies_are_the_admission_files_each_bound_to_the_settings() {
     let Some(helm) = helm() else { return };
     let documents = render(&helm, &["gpu.enabled=true"]);
-    let binding = of_kind(&documents, "ValidatingAdmissionPolicyBinding")[0];
-    assert_eq!(binding["spec"]["paramRef"]["name"], keys::SETTINGS_CONFIGMAP);
-    assert_eq!(binding["spec"]["paramRef"]["namespace"], keys::DEFAULT_CONTROLLER_NAMESPACE);
-    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
-    let policy = of_kind(&documents, "ValidatingAdmissionPolicy")[0];
-    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
-    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    let policies = of_kind(&documents, "ValidatingAdmissionPolicy");
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(chart().join("admission/policies")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert_eq!(policies.len(), files.len(), "one policy per file of admission/policies");
+    for (policy, file) in policies.iter().zip(&files) {
+        let stem = file.file_stem().unwrap().to_string_lossy();
+        assert_eq!(policy["metadata"]["name"], format!("gpuclaim-{stem}").as_str());
+        let spec: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        assert_eq!(policy["spec"], spec, "{}: rendered as written", file.display());
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        let binding = of_kind(&documents, "ValidatingAdmissionPolicyBinding")
+            .into_iter()
+            .find(|b| b["spec"]["policyName"] == policy["metadata"]["name"])
+            .unwrap_or_else(|| panic!("no binding for {}", policy["metadata"]["name"]));
+        assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+        assert_eq!(binding["spec"]["paramRef"]["name"], keys::SETTINGS_CONFIGMAP);
+        assert_eq!(binding["spec"]["paramRef"]["namespace"], keys::DEFAULT_CONTROLLER_NAMESPACE);
+        // Looked up before matchConditions: Deny would refuse every matched write while the settings are missing.
+        assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], "Allow");
+    }
     let settings = of_kind(&documents, "ConfigMap")
         .into_iter()
         .find(|c| c["metadata"]["name"] == keys::SETTINGS_CONFIGMAP)
         .unwrap();
     let creator = format!("system:serviceaccount:{}:gpuclaim", keys::DEFAULT_CONTROLLER_NAMESPACE);
-    assert_eq!(settings["data"][keys::SETTINGS_TEMPLATE_CLAIM_CREATOR], creator.as_str());
+    assert_eq!(settings["data"][keys::SETTINGS_CONTROLLER_USER], creator.as_str());
+    assert_eq!(
+        settings["data"][keys::SETTINGS_KUBEVIRT_USERS],
+        "system:serviceaccount:kubevirt:kubevirt-controller,system:serviceaccount:kubevirt:kubevirt-handler"
+    );
+    assert_eq!(settings["data"][keys::SETTINGS_PLATFORM_ADMIN_GROUPS], "system:masters");
     let deployment = of_kind(&documents, "Deployment")[0];
     assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "gpuclaim");
     assert!(of_kind(&documents, "ServiceMonitor").is_empty(), "the ServiceMonitor is optional, off by default");
@@ -260,4 +274,46 @@ fn the_rendered_tamper_policy_takes_the_settings_configmap_as_its_parameter() {
         of_kind(&render(&helm, &["gpu.enabled=true", "metrics.serviceMonitor.enabled=true"]), "ServiceMonitor").len(),
         1
     );
+}
+
+/// The rendered Deployment's container.
+fn controller_container(documents: &[Value]) -> &Value {
+    &of_kind(documents, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+}
+
+#[test]
+fn the_rendered_deployment_drains_before_it_stops_and_restarts_a_broken_replica() {
+    let Some(helm) = helm() else { return };
+    let documents = render(&helm, &["gpu.enabled=true"]);
+    let pod = &of_kind(&documents, "Deployment")[0]["spec"]["template"]["spec"];
+    let container = controller_container(&documents);
+    // Kubernetes' own sleep action: the distroless image has no shell or sleep binary.
+    assert_eq!(container["lifecycle"]["preStop"], serde_json::json!({"sleep": {"seconds": 5}}));
+    assert!(container["args"].as_array().unwrap().contains(&Value::from("--shutdown-drain-timeout=10s")));
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(grace > 5 + 10 + 10, "the grace period ({grace} s) covers the delay, the drain and the Lease's release");
+    assert_eq!(container["livenessProbe"]["httpGet"], serde_json::json!({"path": "/healthz", "port": "health"}));
+    assert_eq!(container["livenessProbe"]["failureThreshold"], 3);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for flag in ["--webhook-bind-address=:9443", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081"] {
+        assert!(container["args"].as_array().unwrap().contains(&Value::from(flag)), "{flag}: every address");
+    }
+
+    let none = render(&helm, &["gpu.enabled=true", "shutdown.preStopDelaySeconds=0"]);
+    assert!(controller_container(&none)["lifecycle"].is_null(), "no zero-second sleep (it needs Kubernetes 1.33)");
+    let output = std::process::Command::new(&helm)
+        .args([
+            "template",
+            "gpuclaim",
+            "--set",
+            "gpu.enabled=true",
+            "--set",
+            "shutdown.terminationGracePeriodSeconds=20",
+        ])
+        .arg(chart())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("shutdown.terminationGracePeriodSeconds (20) must exceed"), "{stderr}");
 }

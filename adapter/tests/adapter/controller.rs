@@ -3,20 +3,23 @@
 //! them, a pass writes every action with its precondition (pin-and-ungate as one request), a conflict refreshes
 //! the object and the next pass succeeds, and a failure backs off.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
 use gpuclaim_adapter::cache::{CacheKind, Caches};
+use gpuclaim_adapter::health::Tasks;
+use gpuclaim_adapter::leader::Leadership;
 use gpuclaim_adapter::metrics::Metrics;
 use gpuclaim_adapter::reconciler::{FAILURE_BACKOFF_MAX, PassOutcome, Reconciler, backoff};
+use gpuclaim_adapter::shared::SharedView;
 use gpuclaim_adapter::writer::{WriteError, Writer};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::View;
 use gpuclaim_engine::review::answer_review;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::fake_store::{FakeStore, rest_path};
 use crate::support::{self, FakeApi};
@@ -92,16 +95,24 @@ struct Controller {
     metrics: Arc<Metrics>,
     caches: Arc<Caches>,
     reconciler: Reconciler,
-    leading: watch::Sender<bool>,
+    /// The last lease renewal the writer sees.
+    renewed: watch::Sender<Option<Instant>>,
+    _tasks: Arc<Tasks>,
     _api: FakeApi,
 }
 
 impl Controller {
-    /// Starts the caches on `store` and waits for them to sync.
+    /// Starts the caches on `store` and waits for them to sync; the writer's calls are bounded as in production.
     async fn start(store: FakeStore) -> Controller {
+        Controller::start_with(store, gpuclaim_adapter::writer::CALL_TIMEOUT, Duration::from_secs(3600)).await
+    }
+
+    /// As [`Controller::start`], with the writer's call timeout and the lease's renew deadline given.
+    async fn start_with(store: FakeStore, call_timeout: Duration, renew_deadline: Duration) -> Controller {
         let api = FakeApi::start(store.router()).await;
-        let caches = Caches::new(Arc::new(RwLock::new(View::default())));
-        caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
+        let caches = Caches::new(SharedView::default());
+        let tasks = Tasks::new();
+        caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE, &tasks);
         let mut synced = caches.synced();
         tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
             .await
@@ -110,10 +121,12 @@ impl Controller {
         let metrics = Arc::new(Metrics::new());
         let reporter = Reporter { controller: "gpuclaim-controller".to_owned(), instance: Some("test".to_owned()) };
         let recorder = Recorder::new(api.client.clone(), reporter);
-        let writer = Writer::new(api.client.clone(), caches.view.clone(), recorder, metrics.clone());
-        let (leading, following) = watch::channel(true);
-        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), following);
-        Controller { store, metrics, caches, reconciler, leading, _api: api }
+        let (renewed, lease) = watch::channel(Some(Instant::now()));
+        let leadership = Leadership::following(lease, renew_deadline);
+        let writer = Writer::new(api.client.clone(), caches.view.clone(), recorder, metrics.clone(), leadership)
+            .with_call_timeout(call_timeout);
+        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), watch::channel(true).1);
+        Controller { store, metrics, caches, reconciler, renewed, _tasks: tasks, _api: api }
     }
 
     /// Requests that changed something, events aside.
@@ -130,23 +143,10 @@ impl Controller {
 async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the_cluster() {
     let store = cluster();
     let api = FakeApi::start(store.router()).await;
-    let caches = Caches::new(Arc::new(RwLock::new(View::default())));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let probes = gpuclaim_adapter::health::router(caches.clone());
-    tokio::spawn(async move { axum::serve(listener, probes).await });
-    let get = |path: &'static str| async move {
-        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.unwrap();
-        tokio::spawn(connection);
-        let request = hyper::Request::get(path).header("host", "localhost").body(String::new()).unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        let status = response.status().as_u16();
-        use http_body_util::BodyExt;
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8(body.to_vec()).unwrap())
-    };
+    let caches = Caches::new(SharedView::default());
+    let tasks = Tasks::new();
+    let address = support::serve_probes(caches.clone(), tasks.clone()).await;
+    let get = |path: &'static str| support::get_plain(address, path);
     assert_eq!(get("/healthz").await, (200, "ok\n".to_owned()));
     assert_eq!(
         get("/readyz").await,
@@ -157,7 +157,7 @@ async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the
         )
     );
 
-    caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE);
+    caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE, &tasks);
     let mut synced = caches.synced();
     tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
         .await
@@ -170,7 +170,7 @@ async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the
     assert_eq!(view.gated_pods().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["virt-launcher-trainer-x7k2p"]);
     assert_eq!(view.vmi("tenant-a", "trainer").map(|v| v.uid.as_str()), Some(VMI_UID));
     assert_eq!(view.node_count(), 3);
-    assert!(view.settings.template_claim_creator.is_some(), "the settings ConfigMap is read");
+    assert!(view.settings.controller_user.is_some(), "the settings ConfigMap is read");
 }
 
 #[tokio::test]
@@ -303,7 +303,7 @@ async fn a_failing_api_server_gets_exponential_backoff_and_nothing_is_pinned() {
 #[tokio::test]
 async fn a_replica_that_does_not_lead_writes_nothing() {
     let mut controller = Controller::start(cluster()).await;
-    controller.leading.send(false).unwrap();
+    controller.renewed.send(None).unwrap();
     let outcome = controller.reconciler.pass().await;
     assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
     assert!(controller.writes().is_empty());
@@ -361,4 +361,56 @@ async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_br
     // Nothing new behind the watch: the next pass reads nothing more into the view and writes nothing.
     let again = controller.reconciler.pass().await;
     assert!(matches!(again, PassOutcome::Done { written: 0 }), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_write_the_api_server_never_answers_is_given_up_after_the_call_timeout() {
+    let mut controller = Controller::start_with(cluster(), Duration::from_millis(300), Duration::from_secs(3600)).await;
+    controller.store.set_hanging_writes(true);
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), controller.reconciler.pass())
+        .await
+        .expect("a hung write does not stall the pass");
+    let took = started.elapsed();
+    let PassOutcome::Failed { error: WriteError::Timeout { after, .. }, retry_after } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(after, Duration::from_millis(300));
+    assert_eq!(retry_after, backoff(1), "a timeout backs off like any failure");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "gave up after {took:?}");
+    assert_eq!(controller.writes().len(), 1, "the pass stopped at the write that hung");
+    let exposition = controller.metrics.encode();
+    assert!(exposition.contains(r#"result="timeout"} 1"#), "{exposition}");
+}
+
+#[tokio::test]
+async fn a_hung_write_is_given_up_when_the_lease_runs_out_before_the_call_timeout() {
+    let renew_deadline = Duration::from_millis(500);
+    let mut controller = Controller::start_with(cluster(), Duration::from_secs(60), renew_deadline).await;
+    controller.store.set_hanging_writes(true);
+    controller.renewed.send(Some(Instant::now())).unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), controller.reconciler.pass()).await.unwrap();
+    let took = started.elapsed();
+    assert!(matches!(outcome, PassOutcome::Failed { error: WriteError::Timeout { .. }, .. }), "{outcome:?}");
+    assert!(took < Duration::from_secs(2), "the write waited {took:?}, past what was left of the lease (500 ms)");
+    let writes = controller.writes().len();
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    assert_eq!(controller.writes().len(), writes, "nothing more is sent once the lease lapsed");
+}
+
+#[tokio::test]
+async fn a_replica_whose_last_renewal_is_older_than_the_renew_deadline_sends_no_write() {
+    let renew_deadline = Duration::from_millis(100);
+    let mut controller = Controller::start_with(cluster(), Duration::from_secs(10), renew_deadline).await;
+    controller.renewed.send(Some(Instant::now())).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    assert!(controller.writes().is_empty(), "{:#?}", controller.writes());
+
+    controller.renewed.send(Some(Instant::now())).unwrap();
+    let outcome = controller.reconciler.pass().await;
+    assert!(matches!(outcome, PassOutcome::Done { written } if written > 0), "renewed again: {outcome:?}");
 }

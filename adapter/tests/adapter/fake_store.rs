@@ -29,6 +29,8 @@ pub struct Objects {
     pub requests: Vec<Recorded>,
     /// While set, every request gets this status (an outage).
     pub failing: Option<StatusCode>,
+    /// While set, every request but a GET is recorded and never answered (an API server that hangs writes).
+    pub hanging_writes: bool,
     resource_version: u64,
 }
 
@@ -60,6 +62,10 @@ impl FakeStore {
     pub fn set_failing(&self, status: Option<StatusCode>) {
         self.0.lock().unwrap().failing = status;
     }
+
+    pub fn set_hanging_writes(&self, hanging: bool) {
+        self.0.lock().unwrap().hanging_writes = hanging;
+    }
 }
 
 impl Objects {
@@ -88,8 +94,20 @@ async fn handle(State(store): State<FakeStore>, request: Request) -> Response {
         request.headers().get("content-type").map(|v| v.to_str().unwrap_or_default().to_owned()).unwrap_or_default();
     let bytes: Bytes = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap();
     let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+    let recorded = Recorded { method: method.clone(), path: path.clone(), content_type, body: body.clone() };
+    let hanging = {
+        let mut objects = store.0.lock().unwrap();
+        let hanging = objects.hanging_writes && method != Method::GET && objects.failing.is_none();
+        if hanging {
+            objects.requests.push(recorded.clone());
+        }
+        hanging
+    };
+    if hanging {
+        return std::future::pending().await;
+    }
     let mut objects = store.0.lock().unwrap();
-    objects.requests.push(Recorded { method: method.clone(), path: path.clone(), content_type, body: body.clone() });
+    objects.requests.push(recorded);
     if let Some(code) = objects.failing {
         return status(code, "InternalError", "etcdserver: request timed out".to_owned());
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use gpuclaim_adapter::leader::{Attempt, Elector, Timings, TimingsError};
+use gpuclaim_adapter::leader::{Attempt, Elector, Leadership, Timings, TimingsError};
 use tokio::sync::{oneshot, watch};
 
 use crate::fake_store::FakeStore;
@@ -23,6 +23,7 @@ fn timings() -> Timings {
 
 struct Candidate {
     leading: watch::Receiver<bool>,
+    leadership: Leadership,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -30,12 +31,12 @@ struct Candidate {
 impl Candidate {
     fn start(api: &FakeApi, identity: &str) -> Candidate {
         let elector = Elector::new(api.client.clone(), "cozy-gpuclaim", "gpuclaim", identity, timings());
-        let leading = elector.leading();
+        let (leading, leadership) = (elector.leading(), elector.leadership());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(elector.run(async {
             let _ = stopped.await;
         }));
-        Candidate { leading, stop: Some(stop), task }
+        Candidate { leading, leadership, stop: Some(stop), task }
     }
 
     fn is_leading(&self) -> bool {
@@ -61,16 +62,22 @@ impl Candidate {
     }
 }
 
+/// A fake API server and one candidate, "replica-a", once it leads.
+async fn leading_candidate() -> (FakeStore, FakeApi, Candidate) {
+    let store = FakeStore::default();
+    let api = FakeApi::start(store.router()).await;
+    let mut a = Candidate::start(&api, "replica-a");
+    a.wait_leading(true, Duration::from_secs(2)).await;
+    (store, api, a)
+}
+
 fn holder(store: &FakeStore) -> Option<String> {
     store.get(LEASE).and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
 }
 
 #[tokio::test]
 async fn of_two_candidates_one_leads_and_the_lease_names_it() {
-    let store = FakeStore::default();
-    let api = FakeApi::start(store.router()).await;
-    let mut a = Candidate::start(&api, "replica-a");
-    a.wait_leading(true, Duration::from_secs(2)).await;
+    let (store, api, a) = leading_candidate().await;
     let b = Candidate::start(&api, "replica-b");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(a.is_leading() && !b.is_leading());
@@ -82,10 +89,7 @@ async fn of_two_candidates_one_leads_and_the_lease_names_it() {
 
 #[tokio::test]
 async fn a_crashed_leaders_lease_is_taken_over_after_it_expires() {
-    let store = FakeStore::default();
-    let api = FakeApi::start(store.router()).await;
-    let mut a = Candidate::start(&api, "replica-a");
-    a.wait_leading(true, Duration::from_secs(2)).await;
+    let (store, api, a) = leading_candidate().await;
     let acquired = store.get(LEASE).unwrap()["spec"]["acquireTime"].clone();
     let mut b = Candidate::start(&api, "replica-b");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -102,10 +106,7 @@ async fn a_crashed_leaders_lease_is_taken_over_after_it_expires() {
 
 #[tokio::test]
 async fn a_released_lease_is_taken_over_without_waiting_for_expiry() {
-    let store = FakeStore::default();
-    let api = FakeApi::start(store.router()).await;
-    let mut a = Candidate::start(&api, "replica-a");
-    a.wait_leading(true, Duration::from_secs(2)).await;
+    let (store, api, a) = leading_candidate().await;
     let mut b = Candidate::start(&api, "replica-b");
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.shutdown().await;
@@ -116,10 +117,7 @@ async fn a_released_lease_is_taken_over_without_waiting_for_expiry() {
 
 #[tokio::test]
 async fn a_leader_that_cannot_renew_stops_leading_within_the_renew_deadline() {
-    let store = FakeStore::default();
-    let api = FakeApi::start(store.router()).await;
-    let mut a = Candidate::start(&api, "replica-a");
-    a.wait_leading(true, Duration::from_secs(2)).await;
+    let (store, _api, mut a) = leading_candidate().await;
     store.set_failing(Some(StatusCode::INTERNAL_SERVER_ERROR));
     let outage = tokio::time::Instant::now();
     a.wait_leading(false, Duration::from_secs(2)).await;
@@ -131,10 +129,7 @@ async fn a_leader_that_cannot_renew_stops_leading_within_the_renew_deadline() {
 
 #[tokio::test]
 async fn a_leader_whose_renewals_hang_in_client_retries_still_stops_leading_in_time() {
-    let store = FakeStore::default();
-    let api = FakeApi::start(store.router()).await;
-    let mut a = Candidate::start(&api, "replica-a");
-    a.wait_leading(true, Duration::from_secs(2)).await;
+    let (store, _api, mut a) = leading_candidate().await;
     // kube's client retries 503 with backoff for minutes; the try must be cut at the renew deadline.
     store.set_failing(Some(StatusCode::SERVICE_UNAVAILABLE));
     let outage = tokio::time::Instant::now();
@@ -181,4 +176,24 @@ fn timings_that_would_let_two_replicas_lead_are_refused() {
     );
     let slow = Timings { retry_period: Duration::from_secs(10), ..defaults };
     assert!(matches!(slow.validate(), Err(TimingsError::RenewNotLongerThanRetry { .. })));
+}
+
+#[tokio::test]
+async fn the_writer_sees_leadership_end_at_the_renew_deadline_after_the_last_renewal() {
+    let (store, _api, mut a) = leading_candidate().await;
+    let left = a.leadership.remaining().expect("a leader may write");
+    assert!(left <= timings().renew_deadline, "{left:?}");
+    // Renewals hang in the client's retries; the last one that succeeded bounds what may still be written.
+    store.set_failing(Some(StatusCode::SERVICE_UNAVAILABLE));
+    let outage = tokio::time::Instant::now();
+    while a.leadership.remaining().is_some() {
+        assert!(outage.elapsed() < timings().renew_deadline, "still writing {:?} into the outage", outage.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.wait_leading(false, Duration::from_secs(1)).await;
+    store.set_failing(None);
+    a.wait_leading(true, Duration::from_secs(2)).await;
+    assert!(a.leadership.remaining().is_some(), "leading again");
+    a.shutdown().await;
+    assert_eq!(holder(&store), None);
 }

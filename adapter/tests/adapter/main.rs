@@ -4,6 +4,7 @@
 mod chart;
 mod controller;
 mod fake_store;
+mod faults;
 mod leader;
 mod metrics_auth;
 mod support;

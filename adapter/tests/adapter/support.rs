@@ -2,11 +2,11 @@
 //! cert-manager mounts it, an HTTPS client that trusts only the test CA, and the example objects.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
-use gpuclaim_engine::model::View;
+use gpuclaim_adapter::shared::SharedView;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
@@ -125,17 +125,41 @@ pub async fn request(
     Reply { status, body, content_type, peer }
 }
 
+/// GETs `path` over plain HTTP (the probes' server): status and body.
+pub async fn get_plain(address: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let tcp = TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// Serves the probes of `caches` and `tasks` on loopback; returns the address.
+pub async fn serve_probes(
+    caches: Arc<gpuclaim_adapter::cache::Caches>,
+    tasks: Arc<gpuclaim_adapter::health::Tasks>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let probes = gpuclaim_adapter::health::router(caches, tasks);
+    tokio::spawn(async move { axum::serve(listener, probes).await });
+    address
+}
+
 /// The repository's root, where `examples/` lives.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
 /// The example objects `gpuclaim review` is documented with, as the webhooks' view.
-pub fn example_view() -> Arc<RwLock<View>> {
+pub fn example_view() -> SharedView {
     let text = std::fs::read_to_string(repo_root().join("examples/objects.yaml")).unwrap();
     let objects =
         gpuclaim_engine::objects::load_objects(&text, gpuclaim_engine::keys::DEFAULT_CONTROLLER_NAMESPACE).unwrap();
-    Arc::new(RwLock::new(objects.view))
+    SharedView::new(objects.view)
 }
 
 /// The example reviews, by file name.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use gpuclaim_adapter::https::{self, Limits};
 use gpuclaim_adapter::metrics::Metrics;
+use gpuclaim_adapter::shared::SharedView;
 use gpuclaim_adapter::tls::{CertDir, TlsError};
 use gpuclaim_adapter::webhook::{self, REVIEW_BYTES_MAX};
 use gpuclaim_engine::review::{Webhook, answer_review, parse_review};
@@ -14,40 +15,55 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{self, Reply, TestCa};
 
-struct Server {
+/// The webhook server on loopback HTTPS, with a test CA.
+pub struct Server {
     addr: SocketAddr,
     ca: TestCa,
     dir: std::path::PathBuf,
     metrics: Arc<Metrics>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<()>,
 }
 
 impl Server {
     async fn start(timeout: Duration, limits: Limits) -> Server {
+        Server::on(support::example_view(), timeout, limits).await
+    }
+
+    /// The server deciding on `view`.
+    pub async fn on(view: SharedView, timeout: Duration, limits: Limits) -> Server {
         let ca = TestCa::new();
         let dir = support::temp_dir("webhook-certs");
         support::write_cert_dir(&dir, &ca.serving());
         let certificate = CertDir::open(&dir).unwrap();
         tokio::spawn(certificate.clone().watch(Duration::from_millis(20)));
         let metrics = Arc::new(Metrics::new());
-        let router = webhook::router(support::example_view(), metrics.clone(), timeout);
+        let router = webhook::router(view, metrics.clone(), timeout);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(https::serve(listener, certificate.server_config(), router, limits, async {
+        let served = tokio::spawn(https::serve(listener, certificate.server_config(), router, limits, async {
             let _ = stopped.await;
         }));
-        Server { addr, ca, dir, metrics, _stop: stop }
+        Server { addr, ca, dir, metrics, stop: Some(stop), served }
     }
 
     async fn default() -> Server {
         Server::start(webhook::REQUEST_TIMEOUT, Limits::default()).await
     }
 
-    async fn post(&self, path: &str, body: Vec<u8>) -> Reply {
+    pub async fn post(&self, path: &str, body: Vec<u8>) -> Reply {
         let headers = [("content-type", "application/json")];
         support::request(self.addr, &self.ca.der(), "POST", path, &headers, body).await
     }
+}
+
+/// What `tls` reads until the server closes the connection; `None` if it is still open after 5 s.
+async fn read_to_close(tls: &mut (impl AsyncReadExt + Unpin)) -> Option<String> {
+    let mut answer = Vec::new();
+    // A close without TLS's close_notify reads as an error after the bytes; the bytes are what counts.
+    let _closed = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await.ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
 }
 
 fn pod_review() -> serde_json::Value {
@@ -225,4 +241,93 @@ fn a_certificate_directory_that_cannot_be_used_is_an_error_naming_the_file() {
     std::fs::write(dir.join("tls.crt"), "").unwrap();
     let error = CertDir::open(&dir).unwrap_err();
     assert_eq!(error.to_string(), format!("{}: no PEM certificate in it", dir.join("tls.crt").display()));
+}
+
+#[tokio::test]
+async fn a_review_in_flight_when_shutdown_starts_is_answered_and_new_connections_are_refused() {
+    let mut server = Server::default().await;
+    let body = serde_json::to_vec(&pod_review()).unwrap();
+    let mut tls = support::connect(server.addr, &server.ca.der()).await.unwrap();
+    let head = format!(
+        "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body[..100]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    server.stop.take().unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = tokio::net::TcpStream::connect(server.addr).await;
+    assert_eq!(refused.unwrap_err().kind(), std::io::ErrorKind::ConnectionRefused, "the listener is closed");
+
+    tls.write_all(&body[100..]).await.unwrap();
+    let answer = read_to_close(&mut tls).await.expect("the server closes the connection after the answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("\"allowed\":true"), "the review was answered: {answer}");
+    tokio::time::timeout(Duration::from_secs(2), &mut server.served)
+        .await
+        .expect("the server returns once its connections are drained")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stop_closes_what_is_still_open_after_the_drain_time() {
+    let limits = Limits { drain: Duration::from_millis(200), ..Limits::default() };
+    let mut server = Server::start(webhook::REQUEST_TIMEOUT, limits).await;
+    let mut tls = support::connect(server.addr, &server.ca.der()).await.unwrap();
+    let head = "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), &mut server.served).await.expect("the drain is bounded").unwrap();
+    assert_eq!(read_to_close(&mut tls).await.as_deref(), Some(""), "the stalled request was cut, not answered");
+}
+
+#[tokio::test]
+async fn clients_that_hold_every_slot_without_a_request_give_their_slots_up_to_one_that_needs_one() {
+    // Deadlines far beyond the test's bound: without the slots going to the newcomer, it would wait for them.
+    let limits = Limits {
+        handshake: Duration::from_secs(60),
+        header_read: Duration::from_secs(60),
+        connections_max: 4,
+        evict_after: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = Server::start(webhook::REQUEST_TIMEOUT, limits).await;
+    let mut slow = Vec::new();
+    // Two that never start their TLS handshake, two that dribble a request header after it.
+    for _ in 0..2 {
+        slow.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+    }
+    let mut dribbling = Vec::new();
+    for _ in 0..2 {
+        let mut tls = support::connect(server.addr, &server.ca.der()).await.unwrap();
+        tls.write_all(b"POST /mutate-pod HTTP/1.1\r\nhost: loc").await.unwrap();
+        dribbling.push(tls);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let started = tokio::time::Instant::now();
+    let body = serde_json::to_vec(&pod_review()).unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), server.post("/mutate-pod", body))
+        .await
+        .expect("the request is served while slow clients hold every slot");
+    assert_eq!(reply.status, 200);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "served after {took:?}");
+    // The connection that had waited longest (the first, still before its handshake) lost its slot.
+    assert_eq!(read_to_close(&mut slow[0]).await.as_deref(), Some(""), "closed without an answer");
+}
+
+#[tokio::test]
+async fn a_listener_on_the_ipv6_wildcard_accepts_ipv4_clients_too() {
+    let listener = https::listen("[::]:0".parse().unwrap()).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for client in ["127.0.0.1", "[::1]"] {
+        let connected = tokio::net::TcpStream::connect(format!("{client}:{port}")).await;
+        assert!(connected.is_ok(), "{client}: {connected:?}");
+        let (_, peer) = listener.accept().await.unwrap();
+        assert!(peer.is_ipv6(), "an IPv4 client arrives as an IPv4-mapped address: {peer}");
+    }
 }
