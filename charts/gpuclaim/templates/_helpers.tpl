@@ -23,7 +23,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ include "gpuclaim.fullname" . }}
 {{- end -}}
 
-{{/* The user the controller acts as: the only one the tamper policy lets set the template mark. */}}
+{{/* The user the controller acts as: the settings name it as controllerUser. */}}
 {{- define "gpuclaim.user" -}}
 {{ printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpuclaim.serviceAccount" .) }}
 {{- end -}}
@@ -54,11 +54,10 @@ namespaceSelector:
         - {{ .Release.Namespace | quote }}
 {{- end -}}
 
-{{/* What every webhook of the chart shares: fail closed, CREATE only, decided by the adapter alone. */}}
+{{/* What every webhook of the chart shares (its failure policy is in its admission/webhooks/ file). */}}
 {{- define "gpuclaim.webhookCommon" -}}
 admissionReviewVersions: ["v1"]
 sideEffects: None
-failurePolicy: Fail
 matchPolicy: Equivalent
 timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 {{- end -}}
