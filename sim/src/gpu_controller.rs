@@ -19,11 +19,7 @@ use gpuclaim_engine::variant::Variant;
 use std::collections::BTreeMap;
 
 use crate::apiserver::watch::{Change, ObjectKey, Touched, observe, revision_of};
-
-/// The controller's service account (the settings name it as the template-claim creator).
-pub fn service_account(namespace: &str) -> String {
-    format!("system:serviceaccount:{namespace}:gpuclaim")
-}
+use crate::users::User;
 
 /// The GPU controller's state between passes.
 #[derive(Debug)]
@@ -36,7 +32,8 @@ pub struct GpuController {
     resync: bool,
     /// The keys the last pass served: a pass cut short by a refused write serves them again.
     serving: Changes,
-    pub user: String,
+    /// Who its writes are made as (its service account: the settings name it as `controllerUser`).
+    pub user: User,
     /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
     pub variant: Variant,
     /// Objects its own writes deleted, at the deletion's revision: the watch still brings their older states (the
@@ -47,7 +44,7 @@ pub struct GpuController {
 
 impl GpuController {
     /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
-    pub fn new(mut synced: View, user: String) -> Self {
+    pub fn new(mut synced: View, user: User) -> Self {
         // A copy of the API server's store keeps objects only: the controller places, so its cache indexes them.
         synced.keep_placement(true);
         GpuController {

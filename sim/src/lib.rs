@@ -33,4 +33,5 @@ pub mod rng;
 pub mod scenario;
 pub mod scheduler;
 pub mod scheduling_queue;
+pub mod users;
 pub mod world;

@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::keys::{self, kubevirt};
+use gpuclaim_engine::message::readable;
 use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
@@ -30,11 +31,15 @@ use crate::check::{Expectation, ExpectationSpec, REACTION_TIME_DEFAULT};
 use crate::kernel::Millis;
 use crate::launcher::DEVICE_PLUGINS;
 use crate::log::EventLog;
-use crate::world::{DeploymentSpec, Event, Faults, Timing, VmSpec, Workload as WorldWorkload, World, WorldError};
+use crate::world::{
+    DeploymentSpec, Event, Faults, TenantWrite, Timing, VmSpec, Workload as WorldWorkload, World, WorldError,
+};
 
-/// The most nodes and workloads a scenario may declare: bounds, so a typo cannot ask for the impossible.
+/// The most nodes (the cluster's and those events add), workloads and controller replicas a scenario may declare:
+/// bounds, so a typo cannot ask for the impossible.
 pub const NODES_MAX: u32 = 1_000_000;
 pub const WORKLOADS_MAX: usize = 10_000;
+pub const CONTROLLER_REPLICAS_MAX: u32 = 100;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -265,6 +270,72 @@ pub struct TimedEvent {
     /// The device plugin reports units of a resource on a node unhealthy.
     #[serde(default)]
     pub device_failure: Option<DeviceFailureSpec>,
+    /// A tenant tries a write (an order, a deletion, or one the chart's admission configuration refuses).
+    #[serde(default)]
+    pub tenant_write: Option<TenantWriteSpec>,
+}
+
+/// A tenant's write as a scenario gives it: `write` names it (`RaiseClaimCount`, ...; see
+/// [`crate::world::TenantWrite`]), and the fields it needs among `claim`, `class`, `count` and `vm`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantWriteSpec {
+    pub tenant: String,
+    pub write: String,
+    #[serde(default)]
+    pub claim: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub count: Option<u32>,
+    #[serde(default)]
+    pub vm: Option<String>,
+}
+
+impl TenantWriteSpec {
+    /// The write, with the fields it needs (`field` is its path in the file, for errors).
+    fn parse(&self, field: &str) -> Result<TenantWrite, ScenarioError> {
+        let needed = |name: &str, value: &Option<String>| {
+            value.clone().ok_or_else(|| invalid(format!("{field}.{name}"), format!("required by write {}", self.write)))
+        };
+        let count = || {
+            self.count.filter(|count| *count > 0).ok_or_else(|| {
+                invalid(format!("{field}.count"), format!("a positive count is required by write {}", self.write))
+            })
+        };
+        Ok(match self.write.as_str() {
+            "OrderClaim" => TenantWrite::OrderClaim {
+                claim: needed("claim", &self.claim)?,
+                class: needed("class", &self.class)?,
+                count: count()?,
+            },
+            "OrderMarkedClaim" => TenantWrite::OrderMarkedClaim {
+                claim: needed("claim", &self.claim)?,
+                class: needed("class", &self.class)?,
+                count: count()?,
+            },
+            "DeleteClaim" => TenantWrite::DeleteClaim { claim: needed("claim", &self.claim)? },
+            "RaiseClaimCount" => TenantWrite::RaiseClaimCount { claim: needed("claim", &self.claim)?, count: count()? },
+            "SwitchClaimClass" => TenantWrite::SwitchClaimClass {
+                claim: needed("claim", &self.claim)?,
+                class: needed("class", &self.class)?,
+            },
+            "DropTemplateMark" => TenantWrite::DropTemplateMark { claim: needed("claim", &self.claim)? },
+            "DetachClaim" => TenantWrite::DetachClaim { claim: needed("claim", &self.claim)? },
+            "ReleaseFinalizer" => TenantWrite::ReleaseFinalizer { claim: needed("claim", &self.claim)? },
+            "CloseUsage" => TenantWrite::CloseUsage { claim: needed("claim", &self.claim)? },
+            "DeleteUsage" => TenantWrite::DeleteUsage { claim: needed("claim", &self.claim)? },
+            "RemoveGate" => TenantWrite::RemoveGate { vm: needed("vm", &self.vm)? },
+            "ForgeAttachments" => TenantWrite::ForgeAttachments { vm: needed("vm", &self.vm)?, count: count()? },
+            "EntitleNamespace" => TenantWrite::EntitleNamespace,
+            other => {
+                return Err(invalid(
+                    format!("{field}.write"),
+                    format!("{other:?} is not a tenant write; known: {}", TenantWrite::NAMES.join(", ")),
+                ));
+            }
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,7 +410,7 @@ pub struct TimedVm {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("field {field}: {reason}")]
+    #[error("field {}: {}", readable(.field), readable(.reason))]
     Invalid { field: String, reason: String },
     #[error(transparent)]
     World(#[from] WorldError),
@@ -377,7 +448,9 @@ fn parse_value(text: &str) -> Result<Scenario, ScenarioError> {
     let json = opens_as_json(text).then(|| serde_json::from_str(text).ok()).flatten();
     let value: serde_json::Value = match json {
         Some(value) => value,
-        None => serde_yaml_ng::from_str(text).map_err(|e| invalid("(scenario)", format!("not valid YAML: {e}")))?,
+        None => {
+            gpuclaim_engine::yaml::from_str(text).map_err(|e| invalid("(scenario)", format!("not valid YAML: {e}")))?
+        }
     };
     serde_path_to_error::deserialize(&value).map_err(|e| {
         let field = e.path().to_string();
@@ -433,6 +506,9 @@ impl Scenario {
         world.claims_enabled = self.cluster.claims_enabled;
         world.api.admission.reinvoke_pod_webhook = self.admission.as_ref().is_some_and(|a| a.reinvoke_pod_webhook);
         if let Some(controller) = &self.controller {
+            if controller.replicas > CONTROLLER_REPLICAS_MAX {
+                return Err(invalid("controller.replicas", format!("more than {CONTROLLER_REPLICAS_MAX}")));
+            }
             let mut spec = DeploymentSpec { replicas: controller.replicas, ..DeploymentSpec::default() };
             if let Some(sync) = &controller.cache_sync {
                 spec.cache_sync = sync.0;
@@ -497,6 +573,7 @@ impl Scenario {
                 device_failure_every: spec.device_failure_every.as_ref().map(|d| d.0),
             })?;
         }
+        let mut nodes_declared: u64 = self.cluster.nodes.iter().map(|g| u64::from(g.count)).sum();
         for (index, timed) in self.events.iter().enumerate() {
             let field = format!("events[{index}]");
             let given = [
@@ -511,15 +588,20 @@ impl Scenario {
                 timed.drain.is_some(),
                 timed.controller_crash.is_some(),
                 timed.device_failure.is_some(),
+                timed.tenant_write.is_some(),
             ];
             if given.iter().filter(|given| **given).count() != 1 {
                 return Err(invalid(
                     field,
                     "give exactly one of addNodes, cordon, uncordon, webhookReplicas, deleteLauncher, nodeLost, \
-                     nodeRecovered, migrate, drain, controllerCrash and deviceFailure",
+                     nodeRecovered, migrate, drain, controllerCrash, deviceFailure and tenantWrite",
                 ));
             }
             let event = if let Some(group) = &timed.add_nodes {
+                nodes_declared += u64::from(group.count);
+                if nodes_declared > u64::from(NODES_MAX) {
+                    return Err(invalid(format!("{field}.addNodes"), format!("more than {NODES_MAX} nodes in all")));
+                }
                 Event::AddNodes(nodes_of(group, &format!("{field}.addNodes"))?)
             } else if let Some(node) = &timed.cordon {
                 Event::Cordon { node: node.clone(), cordoned: true }
@@ -545,6 +627,9 @@ impl Scenario {
                 Event::NodeLost { node: node.clone() }
             } else if let Some(node) = &timed.node_recovered {
                 Event::NodeRecovered { node: node.clone() }
+            } else if let Some(spec) = &timed.tenant_write {
+                let write = spec.parse(&format!("{field}.tenantWrite"))?;
+                Event::TenantWrite { namespace: spec.tenant.as_str().into(), write: Box::new(write) }
             } else {
                 Event::SetWebhookReplicas(timed.webhook_replicas.expect("one is given"))
             };
@@ -628,6 +713,10 @@ fn namespaced(text: &str, field: &str) -> Result<(String, String), ScenarioError
 fn nodes_of(group: &NodeGroup, field: &str) -> Result<Vec<Node>, ScenarioError> {
     let cpu_millis = quantity::cpu_millis(&group.cpu).map_err(|e| invalid(format!("{field}.cpu"), e.to_string()))?;
     let memory_bytes = quantity::bytes(&group.memory).map_err(|e| invalid(format!("{field}.memory"), e.to_string()))?;
+    if let Some((resource, units)) = group.devices.iter().find(|(_, units)| **units > Node::DEVICE_UNITS_MAX) {
+        let reason = format!("{units} units is more than the {} one node may offer", Node::DEVICE_UNITS_MAX);
+        return Err(invalid(format!("{field}.devices[{resource}]"), reason));
+    }
     let mut devices = group.devices.clone();
     for plugin in DEVICE_PLUGINS {
         devices.entry(plugin.to_owned()).or_insert(1_000);
@@ -702,6 +791,48 @@ mod tests {
         assert!(err.starts_with("field duration: \"soon\""), "{err}");
         let err = parse_scenario(r#"{"name": "j", "duraton": "1h"}"#).unwrap_err().to_string();
         assert!(err.contains("unknown field `duraton`") && !err.contains("line 1"), "{err}");
+    }
+
+    const SMALL: &str = "name: s\nduration: 1h\ncluster:\n  classes: [{name: h100, resourceName: nvidia.com/H100, \
+                         mode: Passthrough, maxCount: 8}]\n  nodes: [{prefix: gpu-, count: 2, cpu: '64', memory: 512Gi, \
+                         devices: {nvidia.com/H100: 8}}]\n";
+
+    /// Why the scenario does not build (`None` when it does).
+    fn refusal(text: &str) -> Option<String> {
+        parse_scenario(text).and_then(|s| s.build(1, EventLog::unhashed())).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_node_group_offering_more_device_units_than_any_machine_is_refused() {
+        // Two such nodes overflowed the class's totals of free and allocatable units (found by the fuzz harness).
+        assert_eq!(refusal(SMALL), None);
+        let error = refusal(&SMALL.replace("nvidia.com/H100: 8", "nvidia.com/H100: 18446744073709551615"));
+        assert_eq!(
+            error.as_deref(),
+            Some(
+                "field cluster.nodes[0].devices[nvidia.com/H100]: 18446744073709551615 units is more than the 4294967296 \
+             one node may offer"
+            )
+        );
+    }
+
+    #[test]
+    fn nodes_added_by_events_count_against_the_nodes_a_scenario_may_declare() {
+        // Four billion nodes were built (a 618 GB allocation that aborts) before the bound covered events.
+        let event = "events: [{at: 1m, addNodes: {prefix: x-, count: 4294967295, cpu: '1', memory: 1Gi}}]";
+        let error = refusal(&format!("{SMALL}{event}\n"));
+        assert_eq!(error.as_deref(), Some("field events[0].addNodes: more than 1000000 nodes in all"));
+        let event = "events: [{at: 1m, addNodes: {prefix: x-, count: 999998, cpu: '1', memory: 1Gi}}]";
+        let error = refusal(&format!("{SMALL}{event}\n"));
+        assert_eq!(error, None);
+    }
+
+    #[test]
+    fn a_controller_of_more_replicas_than_a_deployment_runs_is_refused() {
+        // Four billion replicas were made (a 275 GB allocation that aborts).
+        let error = refusal(&format!("{SMALL}controller: {{replicas: 4294967295}}\n"));
+        assert_eq!(error.as_deref(), Some("field controller.replicas: more than 100"));
+        assert_eq!(refusal(&format!("{SMALL}controller: {{replicas: 100}}\n")), None);
     }
 
     #[test]

@@ -9,9 +9,18 @@ use gpuclaim_engine::model::{ClaimPhase, Time, Usage, View, Vmi, VmiRef};
 use gpuclaim_sim::apiserver::watch::{Change, Object, observe};
 use gpuclaim_sim::apiserver::{ApiError, ApiServer, Kind};
 use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::users::{self, User};
 
 const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 const CONTROLLER: &str = "system:serviceaccount:cozy-gpuclaim:gpuclaim";
+
+fn controller() -> User {
+    users::gpu_controller(keys::DEFAULT_CONTROLLER_NAMESPACE)
+}
+
+fn kubevirt() -> User {
+    users::kubevirt_controller()
+}
 
 fn now() -> Time {
     Time::from_second(1_800_000_000).unwrap()
@@ -19,7 +28,7 @@ fn now() -> Time {
 
 fn server() -> ApiServer {
     let mut view = fixtures::two_node_cluster();
-    view.settings.template_claim_creator = Some(CONTROLLER.to_owned());
+    view.settings.controller_user = Some(CONTROLLER.to_owned());
     ApiServer::new(view, 100)
 }
 
@@ -40,30 +49,34 @@ fn template_claim_action(vmi: &str) -> Action {
 #[test]
 fn every_write_takes_the_next_revision_of_the_whole_store() {
     let mut api = server();
-    assert_eq!(api.create_vmi(vmi("a")).unwrap().resource_version, "101");
-    api.create_claim(held_claim("tenant-a", "held", "h100", 1), "alice").unwrap_err(); // nothing published: refused
-    assert_eq!(api.create_vmi(vmi("b")).unwrap().resource_version, "102", "a refused create takes no revision");
-    api.update_vmi("tenant-a", "a", |v| v.node_name = Some("gpu-1".into())).unwrap();
+    assert_eq!(api.create_vmi(vmi("a"), &kubevirt()).unwrap().resource_version, "101");
+    api.create_claim(held_claim("tenant-a", "held", "h100", 1), &users::tenant("tenant-a")).unwrap_err(); // nothing published: refused
+    assert_eq!(
+        api.create_vmi(vmi("b"), &kubevirt()).unwrap().resource_version,
+        "102",
+        "a refused create takes no revision"
+    );
+    api.update_vmi("tenant-a", "a", &kubevirt(), |v| v.node_name = Some("gpu-1".into())).unwrap();
     assert_eq!(api.store().vmi("tenant-a", "a").unwrap().resource_version, "103");
 }
 
 #[test]
 fn creating_an_existing_name_and_touching_a_missing_one_are_refused() {
     let mut api = server();
-    api.create_vmi(vmi("a")).unwrap();
-    let error = api.create_vmi(vmi("a")).unwrap_err();
+    api.create_vmi(vmi("a"), &kubevirt()).unwrap();
+    let error = api.create_vmi(vmi("a"), &kubevirt()).unwrap_err();
     assert_eq!(error.to_string(), r#"virtualmachineinstances.kubevirt.io "a" already exists"#);
     assert_eq!(error.reason(), "AlreadyExists");
     let error = api.delete_pod("tenant-a", "nope").unwrap_err();
     assert_eq!(error.to_string(), r#"pods "nope" not found"#);
-    let error = api.update_vmi("tenant-a", "nope", |_| {}).unwrap_err();
+    let error = api.update_vmi("tenant-a", "nope", &kubevirt(), |_| {}).unwrap_err();
     assert_eq!(error.reason(), "NotFound");
 }
 
 #[test]
 fn a_write_with_a_stale_resource_version_is_a_conflict() {
     let mut api = server();
-    api.write(&template_claim_action("a"), now(), CONTROLLER).unwrap();
+    api.write(&template_claim_action("a"), now(), &controller()).unwrap();
     let claim = api.store().claim("tenant-a", "a-gpu-0").unwrap().clone();
     let update = |precondition: &str| Action::UpdateClaim {
         claim: ObjectRef::new("tenant-a", "a-gpu-0"),
@@ -76,13 +89,13 @@ fn a_write_with_a_stale_resource_version_is_a_conflict() {
             pending: None,
         }),
     };
-    let error = api.write(&update("1"), now(), CONTROLLER).unwrap_err();
+    let error = api.write(&update("1"), now(), &controller()).unwrap_err();
     assert_eq!(
         error.to_string(),
         r#"Operation cannot be fulfilled on gpuclaims.gpu.cozystack.io "a-gpu-0": the object has been modified; please apply your changes to the latest version and try again"#
     );
     assert_eq!(api.store().claim("tenant-a", "a-gpu-0").unwrap(), &claim, "nothing written");
-    api.write(&update(&claim.resource_version), now(), CONTROLLER).unwrap();
+    api.write(&update(&claim.resource_version), now(), &controller()).unwrap();
     let written = api.store().claim("tenant-a", "a-gpu-0").unwrap();
     assert_eq!(written.node.as_deref(), Some("gpu-1"));
     assert!(written.resource_version.parse::<u64>().unwrap() > claim.resource_version.parse::<u64>().unwrap());
@@ -91,7 +104,7 @@ fn a_write_with_a_stale_resource_version_is_a_conflict() {
 #[test]
 fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
     let mut api = server();
-    api.write(&template_claim_action("a"), now(), CONTROLLER).unwrap();
+    api.write(&template_claim_action("a"), now(), &controller()).unwrap();
     let usage = Usage {
         namespace: "tenant-a".into(),
         name: "a-gpu-0-1234".into(),
@@ -101,7 +114,7 @@ fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
         node: "gpu-1".into(),
         ..Usage::default()
     };
-    api.write(&Action::OpenUsage { usage }, now(), CONTROLLER).unwrap();
+    api.write(&Action::OpenUsage { usage }, now(), &controller()).unwrap();
     let uid = api.store().claim("tenant-a", "a-gpu-0").unwrap().uid.clone();
     let error = api.delete_claim("tenant-a", "a-gpu-0", Some("other-uid")).unwrap_err();
     assert_eq!(error.reason(), "Conflict", "a uid precondition names another object");
@@ -114,7 +127,7 @@ fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
         finalizer: Some(false),
         status: None,
     };
-    let changes = api.write(&release, now(), CONTROLLER).unwrap();
+    let changes = api.write(&release, now(), &controller()).unwrap();
     assert!(api.store().claim("tenant-a", "a-gpu-0").is_none(), "gone with its finalizer");
     assert!(api.store().usage("tenant-a", "a-gpu-0-1234").is_none(), "its usage record collected");
     let kinds: Vec<Kind> = changes
@@ -130,18 +143,18 @@ fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
 #[test]
 fn deleting_a_vmi_collects_its_pods_and_template_claims_only() {
     let mut api = server();
-    api.create_vmi(vmi("a")).unwrap();
-    api.write(&template_claim_action("a"), now(), CONTROLLER).unwrap();
+    api.create_vmi(vmi("a"), &kubevirt()).unwrap();
+    api.write(&template_claim_action("a"), now(), &controller()).unwrap();
     // A claim ordered for an earlier run of the same name (another uid) is not this VMI's dependent.
     let mut earlier = template_claim_action("a");
     if let Action::CreateClaim { claim, owner, .. } = &mut earlier {
         claim.name = "a-gpu-9".into();
         owner.uid = "uid-of-an-earlier-run".into();
     }
-    api.write(&earlier, now(), CONTROLLER).unwrap();
+    api.write(&earlier, now(), &controller()).unwrap();
     let mut pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
     pod.owner_vmi = Some(VmiRef { name: "a".into(), uid: "uid-vmi-a".into() });
-    api.create_pod(pod.clone()).unwrap();
+    api.create_pod(pod.clone(), &kubevirt()).unwrap();
     api.delete_vmi("tenant-a", "a").unwrap();
     assert!(api.store().pod("tenant-a", &pod.name).is_none(), "its launcher collected");
     assert!(api.store().claim("tenant-a", "a-gpu-0").unwrap().deleting, "its template claim deleted (finalizer)");
@@ -153,35 +166,44 @@ fn with_no_ready_webhook_replica_selected_creates_fail_closed() {
     let mut api = server();
     api.admission.ready_replicas = 0;
     let pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
-    let error = api.create_pod(pod.clone()).unwrap_err();
+    let error = api.create_pod(pod.clone(), &kubevirt()).unwrap_err();
     assert_eq!(error.reason(), "InternalError");
     assert_eq!(
         error.to_string(),
         r#"Internal error occurred: failed calling webhook "pod.gpu.cozystack.io": failed to call webhook: Post "https://gpuclaim-webhook.cozy-gpuclaim.svc:443/mutate-pod?timeout=10s": no endpoints available for service "gpuclaim-webhook""#
     );
-    let error = api.write(&template_claim_action("a"), now(), CONTROLLER).unwrap_err();
+    let error = api.write(&template_claim_action("a"), now(), &controller()).unwrap_err();
     assert!(error.to_string().contains(r#"failed calling webhook "order.gpu.cozystack.io""#), "{error}");
     // A pod the webhooks do not select is created all the same.
     let mut plain = pod.clone();
     plain.name = "plain".into();
     std::sync::Arc::make_mut(&mut plain.labels).remove(keys::LABEL_CLAIMS);
     plain.scheduling_gates.clear();
-    api.create_pod(plain).unwrap();
+    api.create_pod(plain, &kubevirt()).unwrap();
     api.admission.ready_replicas = 1;
-    api.create_pod(pod).unwrap();
+    api.create_pod(pod, &kubevirt()).unwrap();
 }
 
 #[test]
 fn a_webhook_denial_carries_the_webhook_name_and_the_rule_reason() {
     let mut api = server();
-    let error = api.create_claim(held_claim("tenant-a", "held", "h100", 2), "alice").unwrap_err();
+    let error = api.create_claim(held_claim("tenant-a", "held", "h100", 2), &users::tenant("tenant-a")).unwrap_err();
     assert_eq!(error.reason(), "NoCapacity");
     assert_eq!(
         error.to_string(),
         r#"admission webhook "order.gpu.cozystack.io" denied the request: spec.count 2 is more than the 0 free units of GPU class "h100" on any one node"#
     );
-    // The template mark from a tenant is refused by the same webhook.
-    let error = api.write(&template_claim_action("a"), now(), "alice").unwrap_err();
+    // The template mark from a tenant: the chart's policy refuses it first, the webhook behind it as a second line.
+    let error = api.write(&template_claim_action("a"), now(), &users::tenant("tenant-a")).unwrap_err();
+    assert_eq!(error.reason(), "Forbidden");
+    assert_eq!(
+        error.to_string(),
+        "ValidatingAdmissionPolicy 'gpuclaim-template-mark' with binding 'gpuclaim-template-mark' denied request: the \
+         label gpu.cozystack.io/template-claim marks the claims the GPU controller orders for one VM run; only \
+         system:serviceaccount:cozy-gpuclaim:gpuclaim may set, change or remove it"
+    );
+    api.admission.variant.unguarded_writes = true;
+    let error = api.write(&template_claim_action("a"), now(), &users::tenant("tenant-a")).unwrap_err();
     assert_eq!(error.reason(), "TemplateMarkForbidden");
 }
 
@@ -189,7 +211,7 @@ fn a_webhook_denial_carries_the_webhook_name_and_the_rule_reason() {
 fn the_controller_may_not_add_a_second_node_affinity_term_while_a_pod_is_gated() {
     let mut api = server();
     let pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
-    let stored = api.create_pod(pod.clone()).unwrap().clone();
+    let stored = api.create_pod(pod.clone(), &kubevirt()).unwrap().clone();
     let mut terms = stored.required_terms().map(<[_]>::to_vec).unwrap_or_default();
     terms.push(terms.first().cloned().unwrap_or_default());
     terms.push(Default::default());
@@ -199,7 +221,7 @@ fn the_controller_may_not_add_a_second_node_affinity_term_while_a_pod_is_gated()
         node: "gpu-1".into(),
         terms: terms.into(),
     };
-    let error = api.write(&pin, now(), CONTROLLER).unwrap_err();
+    let error = api.write(&pin, now(), &controller()).unwrap_err();
     assert_eq!(error.reason(), "Invalid", "{error}");
     assert!(error.to_string().contains("nodeSelectorTerms"), "{error}");
     assert_eq!(api.store().pod("tenant-a", &pod.name).unwrap(), &stored, "nothing written");
@@ -210,9 +232,9 @@ fn the_watch_delivers_in_revision_order_after_its_lag_and_caches_skip_what_they_
     let mut api = server();
     api.watch().lag = Millis(100);
     api.watch().tick(Millis(0));
-    api.create_vmi(vmi("a")).unwrap();
+    api.create_vmi(vmi("a"), &kubevirt()).unwrap();
     api.watch().tick(Millis(50));
-    api.update_vmi("tenant-a", "a", |v| v.node_name = Some("gpu-1".into())).unwrap();
+    api.update_vmi("tenant-a", "a", &kubevirt(), |v| v.node_name = Some("gpu-1".into())).unwrap();
     assert_eq!(api.watch().delivery_due(), Some(Millis(100)));
     assert_eq!(api.watch().delivery_due(), None, "scheduled once");
     let first: Vec<Change> = api.watch().deliver(Millis(100)).collect();

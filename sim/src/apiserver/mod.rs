@@ -3,7 +3,12 @@
 //! - resourceVersion: one revision counter for the whole store, as etcd's; every write stamps the object with the
 //!   next one. An update that names a precondition the object no longer carries is a `Conflict`.
 //! - create of an existing name is `AlreadyExists`; update or delete of a missing one `NotFound`.
-//! - the admission chain ([`admission`]): the engine's webhooks by their object selectors, fail closed.
+//! - the admission chain ([`admission`]): the chart's webhook registrations, ValidatingAdmissionPolicies and the
+//!   CRDs' rules, every write judged as its user ([`User`]); webhooks fail closed. The binding and status
+//!   subresources of pods (the scheduler's, the kubelet's, the controller's placement condition) and of classes,
+//!   and deletes of anything but usage records, are selected by no rule of the chart (a test holds this): those
+//!   writes skip it.
+//! - status-subresource semantics for claims: a status write keeps the rest, a write of the claim keeps its status.
 //! - the gated-pod rules ([`gates`]) on pod create and on every spec update.
 //! - finalizers: a deleted claim that carries one keeps existing (deletion timestamp set) until the finalizer goes.
 //! - ownerReference garbage collection (background): a VMI's pods and template claims, a claim's usage records go
@@ -20,8 +25,12 @@ pub mod watch;
 use gpuclaim_engine::controller::{self, Action, ObjectRef};
 use gpuclaim_engine::model::{Claim, Name, Node, Pod, Time, Usage, View, Vmi};
 
+use admission::crd::RuleBroken;
+use admission::request::{self, Operation, Request, Served, User};
+use admission::served::{ServedClaim, ServedNamespace};
 use admission::{Admission, AdmissionError};
 use gates::{Invalid, validate_pod_create, validate_pod_update};
+use gpuclaim_engine::rules::Order;
 use watch::{Change, Object, Watch};
 
 /// The kinds the twin stores, with the names the API server's messages use.
@@ -33,6 +42,7 @@ pub enum Kind {
     Pod,
     Vmi,
     Node,
+    Namespace,
 }
 
 impl Kind {
@@ -45,6 +55,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Vmi => "VirtualMachineInstance",
             Kind::Node => "Node",
+            Kind::Namespace => "Namespace",
         }
     }
 
@@ -57,6 +68,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Vmi => "virtualmachineinstances.kubevirt.io",
             Kind::Node => "nodes",
+            Kind::Namespace => "namespaces",
         }
     }
 }
@@ -78,6 +90,9 @@ pub enum ApiError {
     UidPrecondition { expected: String, actual: String },
     #[error("{kind:?} {name:?} is invalid: {invalid}")]
     Invalid { kind: Kind, name: String, invalid: Invalid },
+    /// A rule of the resource's CRD refused the write (before any validating admission).
+    #[error("{}.{} {name:?} is invalid: {broken}", kind.name(), gpuclaim_engine::keys::GROUP)]
+    Rule { kind: Kind, name: String, broken: RuleBroken },
     #[error(transparent)]
     Admission(#[from] AdmissionError),
 }
@@ -89,14 +104,14 @@ impl ApiError {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::NotFound { .. } => "NotFound",
             ApiError::Conflict { .. } | ApiError::UidPrecondition { .. } => "Conflict",
-            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Invalid { .. } | ApiError::Rule { .. } => "Invalid",
             ApiError::Admission(error) => error.reason(),
         }
     }
 }
 
 /// The store and its rules.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ApiServer {
     store: View,
     revision: u64,
@@ -104,6 +119,14 @@ pub struct ApiServer {
     nodes_written: u64,
     pub admission: Admission,
     watch: Watch,
+    /// Who the garbage collector acts as.
+    garbage_collector: User,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        ApiServer::new(View::default(), 0)
+    }
 }
 
 impl ApiServer {
@@ -113,12 +136,17 @@ impl ApiServer {
     /// change reaches that cache too (ask [`View::placement_index`] for the store's).
     pub fn new(mut store: View, first_revision: u64) -> Self {
         store.keep_placement(false);
+        // The settings ConfigMap, as the chart renders it, where the store's settings name the controller; a store
+        // whose settings name none has no ConfigMap (the policies then trust no one with the controller's writes).
+        let mut admission = Admission::default();
+        admission.set_settings(store.settings.controller_user.as_deref().map(crate::users::chart_settings));
         ApiServer {
             store,
             revision: first_revision,
             nodes_written: 0,
-            admission: Admission::default(),
+            admission,
             watch: Watch::default(),
+            garbage_collector: crate::users::garbage_collector(),
         }
     }
 
@@ -146,12 +174,14 @@ impl ApiServer {
         Name::from(itoa::Buffer::new().format(self.revision))
     }
 
-    /// Creates a VMI through the VMI webhook (its patch applied). Returns the stored VMI.
-    pub fn create_vmi(&mut self, mut vmi: Vmi) -> Result<&Vmi, ApiError> {
+    /// Creates a VMI as `user` through the VMI webhook (its patch applied). Returns the stored VMI.
+    pub fn create_vmi(&mut self, mut vmi: Vmi, user: &User) -> Result<&Vmi, ApiError> {
         if self.store.vmi(&vmi.namespace, &vmi.name).is_some() {
             return Err(ApiError::AlreadyExists { kind: Kind::Vmi, name: vmi.name.to_string() });
         }
-        self.admission.admit_vmi(&self.store, &mut vmi)?;
+        self.admission.admit_vmi(&self.store, user, &mut vmi)?;
+        let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
+        self.validate(Operation::Create, request::VMIS, "", (&namespace, &name), user, Some(&vmi), None)?;
         vmi.resource_version = self.next_revision();
         let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
         self.watch.push(Change::Upsert(Object::Vmi(vmi.clone())));
@@ -159,8 +189,28 @@ impl ApiServer {
         Ok(self.store.vmi(&namespace, &name).expect("stored above"))
     }
 
-    /// Updates a VMI's status as KubeVirt's controllers and virt-handler do (no precondition: they own it).
-    pub fn update_vmi(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Vmi)) -> Result<(), ApiError> {
+    /// Updates a VMI as `user`, as KubeVirt's controllers and virt-handler do (no precondition: they own it), or
+    /// as anyone else who may.
+    pub fn update_vmi(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        user: &User,
+        edit: impl FnOnce(&mut Vmi),
+    ) -> Result<(), ApiError> {
+        let head = Request::head(Operation::Update, request::VMIS, "", namespace, name, user);
+        if self.admission.needs_objects(&head)? {
+            let old =
+                self.store.vmi(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Vmi, name: name.to_owned() })?;
+            let mut new = old.clone();
+            edit(&mut new);
+            let old = old.clone();
+            self.validate(Operation::Update, request::VMIS, "", (namespace, name), user, Some(&new), Some(&old))?;
+            new.resource_version = self.next_revision();
+            self.watch.push(Change::Upsert(Object::Vmi(new.clone())));
+            self.store.upsert_vmi(new);
+            return Ok(());
+        }
         let revision = self.next_revision();
         let found = self.store.edit_vmi(namespace, name, |vmi| {
             edit(vmi);
@@ -203,17 +253,19 @@ impl ApiServer {
         Ok(vmi)
     }
 
-    /// Creates a pod through the pod webhook and the API server's validation.
-    pub fn create_pod(&mut self, mut pod: Pod) -> Result<&Pod, ApiError> {
+    /// Creates a pod as `user` through the pod webhook, the API server's validation and the policies.
+    pub fn create_pod(&mut self, mut pod: Pod, user: &User) -> Result<&Pod, ApiError> {
         if self.store.pod(&pod.namespace, &pod.name).is_some() {
             return Err(ApiError::AlreadyExists { kind: Kind::Pod, name: pod.name.to_string() });
         }
-        self.admission.mutate_pod(&self.store, &mut pod)?;
+        self.admission.mutate_pod(&self.store, user, &mut pod)?;
         validate_pod_create(&pod).map_err(|invalid| ApiError::Invalid {
             kind: Kind::Pod,
             name: pod.name.to_string(),
             invalid,
         })?;
+        let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+        self.validate(Operation::Create, request::PODS, "", (&namespace, &name), user, Some(&pod), None)?;
         pod.resource_version = self.next_revision();
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         if watched_pod(&pod) {
@@ -263,12 +315,12 @@ impl ApiServer {
         Ok(pod)
     }
 
-    /// A tenant orders a claim: through the order webhook as `requester`.
-    pub fn create_claim(&mut self, mut claim: Claim, requester: &str) -> Result<&Claim, ApiError> {
+    /// A tenant orders a claim, as `user`: through the CRD's rules, the policies and the order webhook.
+    pub fn create_claim(&mut self, mut claim: Claim, user: &User) -> Result<&Claim, ApiError> {
         if self.store.claim(&claim.namespace, &claim.name).is_some() {
             return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.to_string() });
         }
-        self.admission.validate_order(&self.store, &claim, requester)?;
+        self.admit_claim(Operation::Create, "", user, &claim, None)?;
         claim.resource_version = self.next_revision();
         let (namespace, name) = (claim.namespace.clone(), claim.name.clone());
         self.watch.push(Change::Upsert(Object::Claim(claim.clone())));
@@ -321,6 +373,21 @@ impl ApiServer {
             .map(|usage| usage.name.clone())
             .collect();
         for usage in owned {
+            // A delete the policies refuse stays (the garbage collector retries it; the twin does not).
+            let old = self.store.usage(namespace, &usage).expect("listed above").clone();
+            let request = Request {
+                operation: Operation::Delete,
+                resource: request::USAGES,
+                subresource: "",
+                namespace,
+                name: &usage,
+                user: &self.garbage_collector,
+                object: None,
+                old_object: Some(&old),
+            };
+            if self.admission.validate(&request).is_err() {
+                continue;
+            }
             self.store.remove_usage(namespace, &usage);
             changes.push(deletion(Kind::Usage, usage, self.next_revision()));
         }
@@ -340,7 +407,7 @@ impl ApiServer {
     /// revisions). Returns the changes written, for the writer's cache. They do not go on the watch: its only
     /// watcher is the writer, whose cache already holds them (written through), so their echo would change nothing.
     /// What the garbage collector does in consequence (the usage records of a released claim) is returned with it.
-    pub fn write(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
+    pub fn write(&mut self, action: &Action, now: Time, requester: &User) -> Result<Vec<Change>, ApiError> {
         let changes = self.write_action(action, now, requester)?;
         for change in &changes {
             self.watch.note(change);
@@ -348,24 +415,53 @@ impl ApiServer {
         Ok(changes)
     }
 
-    fn write_action(&mut self, action: &Action, now: Time, requester: &str) -> Result<Vec<Change>, ApiError> {
+    fn write_action(&mut self, action: &Action, now: Time, requester: &User) -> Result<Vec<Change>, ApiError> {
         match action {
             Action::CreateClaim { claim, .. } => {
                 if self.store.claim(&claim.namespace, &claim.name).is_some() {
                     return Err(ApiError::AlreadyExists { kind: Kind::Claim, name: claim.name.to_string() });
                 }
                 let mut new = controller::created_claim(action, now).expect("a CreateClaim creates a claim");
-                self.admission.validate_order(&self.store, &new, requester)?;
+                self.admit_claim(Operation::Create, "", requester, &new, None)?;
                 new.resource_version = self.next_revision();
                 self.store.upsert_claim(new.clone());
                 Ok(vec![Change::Upsert(Object::Claim(new))])
             }
-            Action::UpdateClaim { claim, precondition, .. } => {
+            Action::UpdateClaim { claim, precondition, finalizer, status } => {
                 let current = self.claim_at(claim, precondition)?;
                 let removes = current.deleting && action_drops_finalizer(action);
                 let uid = current.uid.clone();
+                // Two requests, as the adapter sends them: the claim's metadata (the order webhook judges it), then
+                // its status (the policies alone; a status write they skip on who asks needs no copies).
+                let status_head = Request::head(
+                    Operation::Update,
+                    request::CLAIMS,
+                    "status",
+                    &claim.namespace,
+                    &claim.name,
+                    requester,
+                );
+                let status_judged = status.is_some() && self.admission.needs_objects(&status_head)?;
+                let old = (finalizer.is_some() || status_judged)
+                    .then(|| self.store.claim(&claim.namespace, &claim.name).expect("read above").clone());
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Claim, claim))?;
+                if let Some(old) = old {
+                    // A deleting claim whose finalizer goes is gone already: what was written is the claim without it.
+                    let new = match self.store.claim(&claim.namespace, &claim.name) {
+                        Some(new) => new.clone(),
+                        None => Claim { finalizer: false, ..old.clone() },
+                    };
+                    let parts = [(finalizer.is_some(), ""), (status_judged, "status")];
+                    for subresource in parts.into_iter().filter_map(|(written, sub)| written.then_some(sub)) {
+                        if let Err(refused) =
+                            self.admit_claim(Operation::Update, subresource, requester, &new, Some(&old))
+                        {
+                            self.store.upsert_claim(old);
+                            return Err(refused);
+                        }
+                    }
+                }
                 if removes {
                     return Ok(self.collect_claim(&claim.namespace, &claim.name, &uid));
                 }
@@ -389,6 +485,8 @@ impl ApiServer {
                 if self.store.usage(&usage.namespace, &usage.name).is_some() {
                     return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.to_string() });
                 }
+                let key = (usage.namespace.as_str(), usage.name.as_str());
+                self.validate(Operation::Create, request::USAGES, "", key, requester, Some(usage), None)?;
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Usage, &ObjectRef::new(&usage.namespace, &usage.name)))?;
                 Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
@@ -400,6 +498,17 @@ impl ApiServer {
                     .ok_or(ApiError::NotFound { kind: Kind::Usage, name: usage.name.to_string() })?;
                 if current.resource_version != *precondition {
                     return Err(conflict(Kind::Usage, usage));
+                }
+                let head =
+                    Request::head(Operation::Update, request::USAGES, "", &usage.namespace, &usage.name, requester);
+                if self.admission.needs_objects(&head)? {
+                    let old = current.clone();
+                    let mut new = old.clone();
+                    if let Action::CloseUsage { end, .. } = action {
+                        new.end = Some(*end);
+                    }
+                    let key = (usage.namespace.as_str(), usage.name.as_str());
+                    self.validate(Operation::Update, request::USAGES, "", key, requester, Some(&new), Some(&old))?;
                 }
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Usage, usage))?;
@@ -423,6 +532,11 @@ impl ApiServer {
                 if old.resource_version != precondition {
                     return Err(conflict(Kind::Pod, key));
                 }
+                // The placement condition is the pod's status (`pods/status`): no policy selects it.
+                let subresource = if matches!(action, Action::SetPodWaiting { .. }) { "status" } else { "" };
+                let head =
+                    Request::head(Operation::Update, request::PODS, subresource, &key.namespace, &key.name, requester);
+                let judged = self.admission.needs_objects(&head)?;
                 // The engine's write, then the API server's update validation of old against new: what the write
                 // changes is the engine's alone (a refused one is rolled back).
                 let old = old.clone();
@@ -432,6 +546,17 @@ impl ApiServer {
                 if let Err(invalid) = validate_pod_update(&old, new) {
                     self.store.upsert_pod(old);
                     return Err(ApiError::Invalid { kind: Kind::Pod, name: key.name.to_string(), invalid });
+                }
+                if judged {
+                    let new = new.clone();
+                    let names = (key.namespace.as_str(), key.name.as_str());
+                    let request = (Operation::Update, request::PODS, subresource, names);
+                    if let Err(refused) =
+                        self.validate(request.0, request.1, request.2, request.3, requester, Some(&new), Some(&old))
+                    {
+                        self.store.upsert_pod(old);
+                        return Err(refused);
+                    }
                 }
                 let revision = self.next_revision();
                 self.store.set_pod_resource_version(&key.namespace, &key.name, revision);
@@ -453,6 +578,172 @@ impl ApiServer {
             }
             Action::Event { .. } => Ok(Vec::new()),
         }
+    }
+
+    /// The validating policies on one write (the objects are turned into JSON only if a policy judges them).
+    #[allow(clippy::too_many_arguments)]
+    fn validate(
+        &mut self,
+        operation: Operation,
+        resource: request::Resource,
+        subresource: &'static str,
+        (namespace, name): (&str, &str),
+        user: &User,
+        object: Option<&dyn Served>,
+        old_object: Option<&dyn Served>,
+    ) -> Result<(), ApiError> {
+        let request = Request { operation, resource, subresource, namespace, name, user, object, old_object };
+        Ok(self.admission.validate(&request)?)
+    }
+
+    /// Admission of a claim write (`new` as written, `old` as stored on UPDATE; `subresource` `""` or `"status"`):
+    /// the CRD's rules where the spec changes, the policies, and the order webhook for the claim itself.
+    fn admit_claim(
+        &mut self,
+        operation: Operation,
+        subresource: &'static str,
+        user: &User,
+        new: &Claim,
+        old: Option<&Claim>,
+    ) -> Result<(), ApiError> {
+        let (served_new, served_old) = (ServedClaim::new(new), old.map(ServedClaim::new));
+        let request = Request {
+            operation,
+            resource: request::CLAIMS,
+            subresource,
+            namespace: &new.namespace,
+            name: &new.name,
+            user,
+            object: Some(&served_new),
+            old_object: served_old.as_ref().map(|o| o as &dyn Served),
+        };
+        let spec_changed = old.is_none_or(|old| (&old.class, old.count) != (&new.class, new.count));
+        if subresource.is_empty() && spec_changed {
+            self.admission.validate_schema(&request).map_err(|broken| ApiError::Rule {
+                kind: Kind::Claim,
+                name: new.name.to_string(),
+                broken,
+            })?;
+        }
+        self.admission.validate(&request)?;
+        if subresource.is_empty() {
+            let order = match old {
+                Some(old) => Order::Update { old, new },
+                None => Order::Create(new),
+            };
+            self.admission.validate_order(&self.store, &request, order)?;
+        }
+        Ok(())
+    }
+
+    /// Updates a claim as `user` (a tenant, an administrator): `edit` changes a copy, and what `subresource` does
+    /// not own is put back (a status write keeps the spec and metadata, a write of the claim keeps its status), as
+    /// the API server's status subresource has it. Removing the finalizer of a deleting claim deletes it.
+    pub fn update_claim(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        subresource: &'static str,
+        user: &User,
+        edit: impl FnOnce(&mut Claim),
+    ) -> Result<(), ApiError> {
+        let old =
+            self.store.claim(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Claim, name: name.to_owned() })?;
+        let old = old.clone();
+        let mut new = old.clone();
+        edit(&mut new);
+        let (status, owner) = (new.clone(), old.clone());
+        let (status_of, rest_of) = if subresource == "status" { (&status, &owner) } else { (&owner, &status) };
+        new = Claim {
+            phase: status_of.phase,
+            node: status_of.node.clone(),
+            attached_to: status_of.attached_to.clone(),
+            pending: status_of.pending.clone(),
+            ..rest_of.clone()
+        };
+        self.admit_claim(Operation::Update, subresource, user, &new, Some(&old))?;
+        if new.deleting && old.finalizer && !new.finalizer {
+            self.store.remove_claim(namespace, name);
+            for change in self.collect_claim(namespace, name, &old.uid) {
+                self.watch.push(change);
+            }
+            return Ok(());
+        }
+        new.resource_version = self.next_revision();
+        self.watch.push(Change::Upsert(Object::Claim(new.clone())));
+        self.store.upsert_claim(new);
+        Ok(())
+    }
+
+    /// Updates a pod itself (not its status) as `user`: the gated-pod rules, then the policies.
+    pub fn update_pod(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        user: &User,
+        edit: impl FnOnce(&mut Pod),
+    ) -> Result<(), ApiError> {
+        let old =
+            self.store.pod(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Pod, name: name.to_owned() })?;
+        let old = old.clone();
+        let mut new = old.clone();
+        edit(&mut new);
+        validate_pod_update(&old, &new).map_err(|invalid| ApiError::Invalid {
+            kind: Kind::Pod,
+            name: name.to_owned(),
+            invalid,
+        })?;
+        self.validate(Operation::Update, request::PODS, "", (namespace, name), user, Some(&new), Some(&old))?;
+        new.resource_version = self.next_revision();
+        if watched_pod(&new) {
+            self.watch.push(Change::Upsert(Object::Pod(new.clone())));
+        }
+        self.store.upsert_pod(new);
+        Ok(())
+    }
+
+    /// Updates a usage record as `user` (the controller closes its records through [`ApiServer::write`]).
+    pub fn update_usage(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        user: &User,
+        edit: impl FnOnce(&mut Usage),
+    ) -> Result<(), ApiError> {
+        let old =
+            self.store.usage(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Usage, name: name.to_owned() })?;
+        let old = old.clone();
+        let mut new = old.clone();
+        edit(&mut new);
+        self.validate(Operation::Update, request::USAGES, "", (namespace, name), user, Some(&new), Some(&old))?;
+        new.resource_version = self.next_revision();
+        self.watch.push(Change::Upsert(Object::Usage(new.clone())));
+        self.store.upsert_usage(new);
+        Ok(())
+    }
+
+    /// Deletes a usage record as `user`.
+    pub fn delete_usage(&mut self, namespace: &str, name: &str, user: &User) -> Result<(), ApiError> {
+        let old =
+            self.store.usage(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Usage, name: name.to_owned() })?;
+        let old = old.clone();
+        self.validate(Operation::Delete, request::USAGES, "", (namespace, name), user, None, Some(&old))?;
+        self.store.remove_usage(namespace, name);
+        let revision = self.next_revision();
+        self.watch.push(Change::Delete { kind: Kind::Usage, namespace: namespace.into(), name: name.into(), revision });
+        Ok(())
+    }
+
+    /// Sets or removes a namespace's vGPU entitlement label as `user`.
+    pub fn label_namespace(&mut self, namespace: &str, user: &User, vgpu_entitled: bool) -> Result<(), ApiError> {
+        let was = self.store.tenant(namespace).is_some_and(|t| t.vgpu_entitled);
+        let (old, new) = (ServedNamespace::new(namespace, was), ServedNamespace::new(namespace, vgpu_entitled));
+        self.validate(Operation::Update, request::NAMESPACES, "", ("", namespace), user, Some(&new), Some(&old))?;
+        self.store.set_vgpu_entitled(namespace, vgpu_entitled);
+        let resource_version = self.next_revision();
+        let object = watch::Namespace { name: namespace.into(), vgpu_entitled, resource_version };
+        self.watch.push(Change::Upsert(Object::Namespace(object)));
+        Ok(())
     }
 
     fn claim_at(&self, key: &ObjectRef, precondition: &str) -> Result<&Claim, ApiError> {

@@ -21,6 +21,15 @@ pub enum Object {
     Pod(Pod),
     Vmi(Vmi),
     Node(Node),
+    Namespace(Namespace),
+}
+
+/// A namespace as the GPU controller reads it: whether the platform's label entitles it to vGPU classes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Namespace {
+    pub name: Name,
+    pub vgpu_entitled: bool,
+    pub resource_version: Name,
 }
 
 /// One watch event.
@@ -66,6 +75,7 @@ impl Change {
             Change::Upsert(Object::Pod(o)) => (Kind::Pod, o.namespace.clone(), o.name.clone()),
             Change::Upsert(Object::Vmi(o)) => (Kind::Vmi, o.namespace.clone(), o.name.clone()),
             Change::Upsert(Object::Node(o)) => (Kind::Node, Name::default(), Name::from(o.name.as_str())),
+            Change::Upsert(Object::Namespace(o)) => (Kind::Namespace, Name::default(), o.name.clone()),
             Change::Delete { kind, namespace, name, .. } => (*kind, namespace.clone(), name.clone()),
         };
         ObjectKey { kind, namespace, name }
@@ -144,6 +154,7 @@ pub fn revision_of(change: &Change) -> u64 {
         Change::Upsert(Object::Pod(o)) => revision(&o.resource_version),
         Change::Upsert(Object::Vmi(o)) => revision(&o.resource_version),
         Change::Upsert(Object::Node(o)) => revision(&o.resource_version),
+        Change::Upsert(Object::Namespace(o)) => revision(&o.resource_version),
         Change::Delete { revision: at, .. } => revision(at),
     }
 }
@@ -244,6 +255,11 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
             cache.upsert_node(node);
             Some(touched)
         }
+        // Namespaces change rarely (the platform grants an entitlement): every waiter may move.
+        Object::Namespace(namespace) => {
+            cache.set_vgpu_entitled(&namespace.name, namespace.vgpu_entitled);
+            Some(Touched::Pod)
+        }
     }
 }
 
@@ -296,5 +312,7 @@ fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: u64) ->
             cache.remove_node(&name);
             Some(Touched::Node(name.to_string()))
         }
+        // The twin's namespaces are the tenants'; none is deleted during a run.
+        Kind::Namespace => None,
     }
 }

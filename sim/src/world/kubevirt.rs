@@ -89,7 +89,7 @@ impl World {
             }
         }
         let item = || [namespace, "/", name].concat();
-        match self.api.create_vmi(vmi) {
+        match self.api.create_vmi(vmi, &self.kubevirt_controller) {
             Ok(_) => {
                 if self.vm_retries.backing_off() {
                     self.vm_retries.forget(&item());
@@ -128,7 +128,7 @@ impl World {
         }
         let object = Named("Pod", namespace, &name);
         let item = || [namespace, "/", vmi_name].concat();
-        match self.api.create_pod(pod) {
+        match self.api.create_pod(pod, &self.kubevirt_controller) {
             Ok(pod) => {
                 let gated = !pod.scheduling_gates.is_empty();
                 if self.vmi_retries.backing_off() {
@@ -143,7 +143,9 @@ impl World {
                 )?;
                 if !binder {
                     self.api
-                        .update_vmi(namespace, vmi_name, |vmi| vmi.phase = VmiPhase::Scheduling)
+                        .update_vmi(namespace, vmi_name, &self.kubevirt_controller, |vmi| {
+                            vmi.phase = VmiPhase::Scheduling
+                        })
                         .expect("the VMI was read above");
                 }
                 self.schedule_at(self.now(), Event::Schedule { namespace: namespace.into(), pod: name.into() })
@@ -180,7 +182,9 @@ impl World {
             return Ok(());
         }
         let node = vmi.node_name.clone().unwrap_or_default();
-        self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Running).expect("read above");
+        self.api
+            .update_vmi(namespace, name, &self.kubevirt_handler, |vmi| vmi.phase = VmiPhase::Running)
+            .expect("read above");
         let object = Named("VirtualMachineInstance", namespace, name);
         self.record("virt-handler", &object, "Running", &[("node", &node)])?;
         self.stats.vm_starts += 1;
@@ -222,7 +226,9 @@ impl World {
         if vmi.phase.is_final() {
             return Ok(());
         }
-        self.api.update_vmi(namespace, name, |vmi| vmi.phase = VmiPhase::Succeeded).expect("read above");
+        self.api
+            .update_vmi(namespace, name, &self.kubevirt_handler, |vmi| vmi.phase = VmiPhase::Succeeded)
+            .expect("read above");
         self.run_ended(namespace, name);
         self.record("virt-handler", &Named("VirtualMachineInstance", namespace, name), "Succeeded", &[])?;
         let pods: Vec<Name> = self.api.store().vmi_pods(namespace, name).map(|pod| pod.name.clone()).collect();
@@ -303,7 +309,9 @@ impl World {
             return Ok(());
         }
         let was = format!("{:?}", current.phase);
-        self.api.update_vmi(namespace, vmi, |vmi| vmi.phase = VmiPhase::Failed).expect("read above");
+        self.api
+            .update_vmi(namespace, vmi, &self.kubevirt_controller, |vmi| vmi.phase = VmiPhase::Failed)
+            .expect("read above");
         self.run_ended(namespace, vmi);
         if let Some(vm) = self.vms.get_mut(namespace, vmi) {
             vm.start_requested = self.kernel.now();

@@ -150,7 +150,7 @@ impl World {
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
         let object = Named("Pod", &migration.namespace, &name);
-        match self.api.create_pod(pod) {
+        match self.api.create_pod(pod, &self.kubevirt_controller) {
             Ok(_) => {
                 let now = self.now();
                 let entry = self.migrations.get_mut(uid).expect("read above");
@@ -230,7 +230,11 @@ impl World {
         let Some(node) = self.api.store().pod(&namespace, &target).and_then(|p| p.node_name.clone()) else {
             return self.finish_migration(uid, Phase::Failed, "the target pod is gone");
         };
-        if self.api.update_vmi(&namespace, &vmi, |v| v.node_name = Some(node.clone())).is_err() {
+        if self
+            .api
+            .update_vmi(&namespace, &vmi, &self.kubevirt_controller, |v| v.node_name = Some(node.clone()))
+            .is_err()
+        {
             return self.finish_migration(uid, Phase::Failed, "the VMI is gone");
         }
         let sources: Vec<Name> = self

@@ -12,6 +12,7 @@ mod migrations;
 mod nodes;
 mod observe;
 mod scheduling;
+mod tenants;
 mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,16 +23,18 @@ use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant;
 
 use crate::apiserver::ApiServer;
-use crate::gpu_controller::{GpuController, service_account};
+use crate::gpu_controller::GpuController;
 use crate::kernel::{Kernel, KernelError, Millis, RunError};
 use crate::kubevirt::start::RateLimiter;
 use crate::log::{EventLog, LogError, LogObject, Record};
 use crate::rng::Streams;
 use crate::scheduling_queue::SchedulingQueue;
+use crate::users::{self, User};
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
 pub use faults::{FaultKind, Faults};
 pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
+pub use tenants::TenantWrite;
 pub use workloads::Workload;
 
 /// A VirtualMachine as the tenant's chart renders it.
@@ -100,6 +103,8 @@ pub enum Event {
     DeleteVmi { namespace: Name, vmi: Name },
     /// The next VM of a workload arrives.
     Arrival { workload: usize },
+    /// A tenant tries a write.
+    TenantWrite { namespace: Name, write: Box<TenantWrite> },
     /// The webhook Service's ready endpoints change (an outage at 0).
     SetWebhookReplicas(u32),
     /// Nodes join the cluster.
@@ -162,6 +167,8 @@ pub struct Stats {
     pub vm_starts: u64,
     /// `<what>:<reason>` → how often: refused creates, refused controller writes, refused orders.
     pub refusals: BTreeMap<String, u64>,
+    /// Tenant writes that landed, by write (see [`TenantWrite`]).
+    pub tenant_writes: BTreeMap<String, u64>,
     /// Reconcile passes the GPU controller ran.
     pub controller_passes: u64,
     /// Passes taken again because confirming their pins showed the cache had missed a pod or a change on a pin's
@@ -240,6 +247,9 @@ struct StartFailure {
 
 /// The whole twin.
 pub struct World {
+    /// Who KubeVirt's controllers act as (every write names its user).
+    kubevirt_controller: User,
+    kubevirt_handler: User,
     seed: u64,
     faults: Faults,
     kernel: Kernel<Event>,
@@ -290,16 +300,16 @@ pub struct World {
 impl World {
     /// A world whose API server holds `store`. The GPU controller runs as the chart deploys it (2 replicas, see
     /// [`World::deploy_controller`]), its cache synced with the store; unless the store's settings already name a
-    /// template-claim creator, they name the controller's service account, as the chart's settings ConfigMap does.
+    /// controller user, they name the controller's service account, as the chart's settings ConfigMap does; the
+    /// policies' parameter is the settings ConfigMap the chart's default values render.
     pub fn new(seed: u64, mut store: View, timing: Timing, log: EventLog) -> Self {
-        let user = store
-            .settings
-            .template_claim_creator
-            .get_or_insert_with(|| service_account(keys::DEFAULT_CONTROLLER_NAMESPACE))
-            .clone();
+        let user = users::gpu_controller(keys::DEFAULT_CONTROLLER_NAMESPACE);
+        store.settings.controller_user.get_or_insert_with(|| user.username.clone());
         let mut api = ApiServer::new(store.clone(), 1_000);
         api.watch().lag = timing.watch_lag;
         let mut world = World {
+            kubevirt_controller: users::kubevirt_controller(),
+            kubevirt_handler: users::kubevirt_handler(),
             seed,
             faults: Faults::default(),
             kernel: Kernel::new(),
@@ -447,6 +457,7 @@ impl World {
             Event::StopVm { namespace, vm } => self.stop_vm(&namespace, &vm)?,
             Event::DeleteVmi { namespace, vmi } => self.delete_vmi(&namespace, &vmi)?,
             Event::Arrival { workload } => self.arrival(workload)?,
+            Event::TenantWrite { namespace, write } => self.tenant_write(&namespace, &write)?,
             Event::SetWebhookReplicas(replicas) => self.set_webhook_replicas(replicas)?,
             Event::AddNodes(nodes) => self.add_nodes(nodes)?,
             Event::Cordon { node, cordoned } => self.cordon(&node, cordoned)?,

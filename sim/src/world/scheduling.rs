@@ -136,7 +136,7 @@ impl World {
         if is_volume_binder(self.api.store(), namespace, name) {
             return self.volume_bound(namespace, name, &vmi_name, &node);
         }
-        let scheduled = self.api.update_vmi(namespace, &vmi_name, |vmi| {
+        let scheduled = self.api.update_vmi(namespace, &vmi_name, &self.kubevirt_controller, |vmi| {
             vmi.phase = VmiPhase::Scheduled;
             vmi.node_name = Some(node);
         });

@@ -36,11 +36,6 @@ impl Workload {
     }
 }
 
-/// The user a tenant's requests come as.
-pub fn tenant_user(namespace: &str) -> String {
-    format!("tenant:{namespace}")
-}
-
 impl World {
     /// Adds a workload; its first arrival is drawn at once.
     pub fn add_workload(&mut self, workload: Workload) -> Result<(), WorldError> {
@@ -72,7 +67,7 @@ impl World {
             ..Claim::default()
         };
         let object = format!("GPUClaim {}/{}", claim.namespace, claim.name);
-        match self.api.create_claim(claim, &tenant_user(&vm.namespace)) {
+        match self.api.create_claim(claim, &crate::users::tenant(&vm.namespace)) {
             Ok(_) => {
                 self.metrics.count(crate::metrics::ORDER_ACCEPTED);
                 self.record("tenant", &object, "Ordered", &[])?;
