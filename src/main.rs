@@ -7,6 +7,7 @@ mod allocator;
 mod controller_cmd;
 mod import_cmd;
 mod review_cmd;
+mod shrink_cmd;
 mod sim_cmd;
 mod suite_cmd;
 mod whatif_cmd;
@@ -96,6 +97,8 @@ enum SimCommand {
 enum ScenarioCommand {
     /// Checked runs of scenario files: a table per scenario × variant × seed; exit code 1 on any failure.
     Run(suite_cmd::ScenarioRun),
+    /// A failing run shrunk to the smallest scenario that still fails the same way (written as a scenario file).
+    Shrink(shrink_cmd::Shrink),
 }
 
 #[derive(Subcommand)]
@@ -131,6 +134,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import { command: ImportCommand::Openb(options) } => import_cmd::openb(options)?,
         Command::Import { command: ImportCommand::Nodes(options) } => import_cmd::nodes(options)?,
         Command::Scenario { command: ScenarioCommand::Run(args) } => return suite_cmd::scenario_run(args),
+        Command::Scenario { command: ScenarioCommand::Shrink(args) } => return shrink_cmd::shrink(args),
         Command::Suite(args) => return suite_cmd::suite(args),
         Command::Whatif(args) => whatif_cmd::run(args)?,
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, variant } } => {

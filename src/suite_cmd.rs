@@ -16,8 +16,18 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub seeds: u64,
     /// One seed (a replay), instead of --seeds.
-    #[arg(long, conflicts_with = "seeds")]
+    #[arg(long, conflicts_with_all = ["seeds", "soak"])]
     pub seed: Option<u64>,
+    /// A soak: this many seeds per scenario and variant, from --from, each run once (the plain run proves
+    /// determinism); the failures summarised by what broke, one replay command each.
+    #[arg(long, value_name = "SEEDS", conflicts_with = "seeds")]
+    pub soak: Option<u64>,
+    /// The soak's first seed.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "soak")]
+    pub from: u64,
+    /// Start no run after this long (a soak's time budget: `30m`, `1h30m`); what ran is reported.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "soak")]
+    pub budget: Option<std::time::Duration>,
     /// Run this engine variant instead of the scenarios' lists (judged by the shipped engine's expectations where a
     /// scenario does not list it).
     #[arg(long, value_name = "NAME")]
@@ -58,7 +68,13 @@ pub fn suite(args: Suite) -> anyhow::Result<ExitCode> {
 
 fn run(files: &[PathBuf], args: &RunArgs, name: &str) -> anyhow::Result<ExitCode> {
     let loaded: Vec<Loaded> = files.iter().map(|f| suite::load(f)).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
-    let plan = Plan { seeds: args.seeds, seed: args.seed, variant: args.variant.clone() };
+    let plan = Plan {
+        seeds: args.soak.unwrap_or(args.seeds),
+        seed: args.seed,
+        from: args.soak.map(|_| args.from),
+        once: args.soak.is_some(),
+        variant: args.variant.clone(),
+    };
     let jobs = suite::plan(&loaded, &plan).map_err(|e| anyhow!(e))?;
     let threads = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let total = jobs.len();
@@ -74,13 +90,31 @@ fn run(files: &[PathBuf], args: &RunArgs, name: &str) -> anyhow::Result<ExitCode
             outcome.job.seed
         );
     };
-    let outcomes = suite::run_jobs(&loaded, jobs, threads, &progress);
+    let deadline = args.budget.map(|budget| started + budget);
+    let outcomes = if args.soak.is_some() {
+        // A soak's progress is its failures: a line per run would be thousands.
+        let failures = |outcome: &Outcome| {
+            if !outcome.passed() {
+                progress(outcome);
+            } else {
+                finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        suite::run_jobs(&loaded, jobs, threads, true, deadline, &failures)
+    } else {
+        suite::run_jobs(&loaded, jobs, threads, false, deadline, &progress)
+    };
     let wall = started.elapsed().as_secs_f64();
-    print_table(&loaded, &outcomes, wall);
-    if let Some(path) = &args.junit {
-        write_junit(path, name, &loaded, &outcomes)?;
+    match args.soak {
+        Some(_) => print_soak(&loaded, &outcomes, total, wall),
+        None => print_table(&loaded, &outcomes, wall),
     }
-    let failed = outcomes.iter().any(|o| !o.passed());
+    let rates = suite::rates(&outcomes);
+    print_rates(&loaded, &rates);
+    if let Some(path) = &args.junit {
+        write_junit(path, name, &loaded, &outcomes, &rates)?;
+    }
+    let failed = outcomes.iter().any(|o| !o.passed()) || rates.iter().any(|r| !r.passed());
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
@@ -156,7 +190,71 @@ fn print_table(loaded: &[Loaded], outcomes: &[Outcome], wall: f64) {
     );
 }
 
-fn write_junit(path: &Path, name: &str, loaded: &[Loaded], outcomes: &[Outcome]) -> anyhow::Result<()> {
+/// A soak's report: per scenario and variant the runs, failures and wall time, then the failures grouped by what
+/// broke (the invariant or the expectation), with the first seeds and one replay command each.
+fn print_soak(loaded: &[Loaded], outcomes: &[Outcome], planned: usize, wall: f64) {
+    use std::collections::BTreeMap;
+    let mut out = std::io::stdout().lock();
+    let mut rows: BTreeMap<(String, String), (u64, u64, f64)> = BTreeMap::new();
+    let mut broke: BTreeMap<(String, String, String), Vec<&Outcome>> = BTreeMap::new();
+    for outcome in outcomes {
+        let key = (stem(&loaded[outcome.job.scenario].path), outcome.job.variant_name.clone());
+        let row = rows.entry(key.clone()).or_default();
+        row.0 += 1;
+        row.2 += outcome.wall_seconds;
+        if let Some(what) = outcome.broke() {
+            row.1 += 1;
+            broke.entry((key.0, key.1, what)).or_default().push(outcome);
+        }
+    }
+    let _ = writeln!(out, "{:<36} {:<24} {:>8} {:>8} {:>10}", "scenario", "variant", "runs", "failed", "run s");
+    for ((scenario, variant), (runs, failed, seconds)) in &rows {
+        let _ = writeln!(out, "{scenario:<36} {variant:<24} {runs:>8} {failed:>8} {seconds:>10.1}");
+    }
+    for ((scenario, variant, what), failures) in &broke {
+        let seeds: Vec<String> = failures.iter().take(8).map(|o| o.job.seed.to_string()).collect();
+        let more = if failures.len() > 8 { format!(" and {} more", failures.len() - 8) } else { String::new() };
+        let first = failures[0];
+        let _ = writeln!(
+            out,
+            "
+FAIL {scenario} {variant}: {what}: {} runs (seeds {}{more})
+  first: {}
+  replay: {}",
+            failures.len(),
+            seeds.join(", "),
+            first.failure().unwrap_or_default(),
+            replay(&loaded[first.job.scenario], first)
+        );
+    }
+    let failed: usize = broke.values().map(Vec::len).sum();
+    let skipped = planned - outcomes.len();
+    let budget = if skipped > 0 { format!(", {skipped} not started (time budget)") } else { String::new() };
+    let _ = writeln!(
+        out,
+        "
+{} runs (soak: each once): {} passed, {failed} failed{budget}, {wall:.1} s",
+        outcomes.len(),
+        outcomes.len() - failed
+    );
+}
+
+/// The rate expectations, each over its runs: a line each, `FAIL` where too few runs broke it.
+fn print_rates(loaded: &[Loaded], rates: &[suite::RateVerdict]) {
+    let mut out = std::io::stdout().lock();
+    for rate in rates {
+        let verdict = if rate.passed() { "rate" } else { "FAIL rate" };
+        let _ = writeln!(out, "{verdict} {} {}: {rate}", stem(&loaded[rate.scenario].path), rate.variant);
+    }
+}
+
+fn write_junit(
+    path: &Path,
+    name: &str,
+    loaded: &[Loaded],
+    outcomes: &[Outcome],
+    rates: &[suite::RateVerdict],
+) -> anyhow::Result<()> {
     use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
     let mut report = Report::new("gpuclaim");
     let mut suites: Vec<TestSuite> = Vec::new();
@@ -174,6 +272,18 @@ fn write_junit(path: &Path, name: &str, loaded: &[Loaded], outcomes: &[Outcome])
             let mut case = TestCase::new(format!("{} seed {}", outcome.job.variant_name, outcome.job.seed), status);
             case.set_classname(stem(&scenario.path));
             case.set_time(std::time::Duration::from_secs_f64(outcome.wall_seconds));
+            test_suite.add_test_case(case);
+        }
+        for rate in rates.iter().filter(|r| r.scenario == index) {
+            let status = if rate.passed() {
+                TestCaseStatus::success()
+            } else {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                status.set_message(rate.to_string());
+                status
+            };
+            let mut case = TestCase::new(format!("{} rate {}", rate.variant, rate.label), status);
+            case.set_classname(stem(&scenario.path));
             test_suite.add_test_case(case);
         }
         suites.push(test_suite);

@@ -168,3 +168,50 @@ fn bad_scenario_files_exit_2_naming_file_field_and_reason() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("cannot list"), "{stderr}");
 }
+
+#[test]
+fn a_soak_runs_a_seed_range_once_each_and_groups_its_failures_by_what_broke() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("soak.xml");
+    let (code, stdout, stderr) = gpuclaim(&[
+        "scenario",
+        "run",
+        "scenarios/suite/04-wait-for-first-consumer.yaml",
+        "--variant",
+        "two-update-pin",
+        "--soak",
+        "3",
+        "--from",
+        "40",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("04-wait-for-first-consumer") && l.contains(" 3        3 ")),
+        "{stdout}"
+    );
+    let group = stdout.lines().find(|l| l.starts_with("FAIL 04-wait-for-first-consumer two-update-pin: ")).unwrap();
+    assert_eq!(
+        group,
+        "FAIL 04-wait-for-first-consumer two-update-pin: invariant UngatedWithoutPin: 3 runs (seeds 40, 41, 42)"
+    );
+    assert!(
+        stdout.contains(
+            "replay: gpuclaim scenario run scenarios/suite/04-wait-for-first-consumer.yaml --seed 40 --variant \
+             two-update-pin"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 runs (soak: each once): 0 passed, 3 failed"), "{stdout}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<testcase name=\"two-update-pin seed 42\""), "{xml}");
+}
+
+#[test]
+fn a_soak_stops_starting_runs_at_its_time_budget() {
+    let (code, stdout, _) = gpuclaim(&["suite", "--soak", "1000", "--budget", "0s"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("0 runs (soak: each once): 0 passed, 0 failed, "), "{stdout}");
+    assert!(stdout.contains("not started (time budget)"), "{stdout}");
+}

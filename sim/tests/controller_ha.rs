@@ -94,3 +94,19 @@ fn the_budget_refuses_a_second_eviction_while_one_replica_is_away() {
     world.run(Millis::seconds(120), 100_000).unwrap();
     assert!(world.deployment().replicas.iter().all(|r| r.state == ReplicaState::Ready));
 }
+
+#[test]
+fn a_replica_replaced_after_a_node_loss_keeps_off_the_other_replicas_node() {
+    // Regression (soak of suite 14, seeds 687, 783, 921): the replacement went to the first node that takes pods,
+    // the other replica's, and the next loss of that node took both replicas, and the webhooks, down at once.
+    let mut store = fixtures::two_node_cluster();
+    store.upsert_node(fixtures::gpu_node("gpu-3", "nvidia.com/GH100_H100_SXM5_80GB", 8));
+    let mut world = World::new(7, store, Timing::default(), EventLog::new(None));
+    world.deploy_controller(DeploymentSpec { replicas: 2, ..DeploymentSpec::default() });
+    let nodes = |world: &World| world.deployment().replicas.iter().map(|r| r.node.clone()).collect::<Vec<_>>();
+    assert_eq!(nodes(&world), ["gpu-1", "gpu-2"]);
+    world.schedule_at(Millis::seconds(10), Event::NodeLost { node: "gpu-1".into() }).unwrap();
+    world.run(Millis::seconds(10 * 60), 100_000).unwrap();
+    assert_eq!(nodes(&world), ["gpu-3", "gpu-2"], "spread over nodes, as the chart's topology spread has it");
+    assert_eq!(world.deployment().replicas[0].state, ReplicaState::Ready);
+}

@@ -216,3 +216,25 @@ fn a_pod_left_at_the_gate_while_its_set_fits_breaks_waiting_while_fits() {
         assert_eq!(invariants.check(&view, Vec::new(), at, time(at), false), Ok(()));
     }
 }
+
+#[test]
+fn a_bind_one_watch_lag_behind_a_device_failure_is_a_debt_not_a_double_booking() {
+    // Regression (a harsher mix of suite 14's faults, seed 195): a held claim bound 1 s after the device plugin
+    // lowered its node's allocatable, on a cache that had not seen it yet.
+    let mut view = two_node_cluster();
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    view.upsert_claim(bound(held_claim("tenant-a", "a", "h100", 3), "gpu-2"));
+    assert_eq!(check(&mut invariants, &view, vec![claim_key("a")], Millis::seconds(1)), Ok(()));
+    let mut node = view.node("gpu-2").unwrap().clone();
+    node.devices.insert(RESOURCE.into(), 3);
+    view.upsert_node(node);
+    assert_eq!(check(&mut invariants, &view, vec![key(Kind::Node, "", "gpu-2")], Millis::seconds(10)), Ok(()));
+    view.upsert_claim(bound(held_claim("tenant-a", "b", "h100", 1), "gpu-2"));
+    assert_eq!(check(&mut invariants, &view, vec![claim_key("b")], Millis::seconds(11)), Ok(()), "within the lag");
+    // Past the reaction time the fall is known: a bind onto it is a double booking.
+    view.remove_claim("tenant-a", "b");
+    check(&mut invariants, &view, vec![claim_key("b")], Millis::seconds(12)).unwrap();
+    view.upsert_claim(bound(held_claim("tenant-a", "c", "h100", 1), "gpu-2"));
+    let late = Millis(Millis::seconds(10).0 + REACTION_TIME_DEFAULT.0 + 1);
+    assert_eq!(broken(check(&mut invariants, &view, vec![claim_key("c")], late)).0, Invariant::DeviceDoubleBooked);
+}

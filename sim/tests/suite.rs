@@ -80,9 +80,8 @@ fn s02_start_backoff_avoidance() {
 fn s03_pin_and_ungate_in_one_update() {
     let runs = passes("03-pin-and-ungate-in-one-update.yaml");
     let two = &runs[1];
-    let stop = two.stop.as_ref().expect("the two-update variant stops on an invariant");
-    assert_eq!(stop.violation.invariant, Invariant::UngatedWithoutPin);
-    assert!(two.stop_expected);
+    assert!(two.stop.is_none(), "an invariant the story expects is its outcome, not a failure");
+    assert_eq!(two.broken[0].violation.invariant, Invariant::UngatedWithoutPin);
 }
 
 #[test]
@@ -150,9 +149,36 @@ fn s15_pins_confirmed_against_the_api_server() {
     assert!(judged(&runs[0], "confirming pins caught a cache behind kube-scheduler").passed);
     let unconfirmed = &runs[1];
     assert_eq!(unconfirmed.variant, "unconfirmed-pins");
-    let stop = unconfirmed.stop.as_ref().expect("the unconfirmed controller books a node twice");
-    assert_eq!(stop.violation.invariant, Invariant::DeviceDoubleBooked);
-    assert!(unconfirmed.stop_expected);
+    let broken = unconfirmed.broken.first().expect("the unconfirmed controller books a node twice");
+    assert_eq!(broken.violation.invariant, Invariant::DeviceDoubleBooked);
+}
+
+#[test]
+fn s16_every_tampering_write_is_refused_and_unguarded_each_breaks_what_it_should() {
+    let runs = passes("16-tenant-tampering.yaml");
+    assert!(runs[0].broken.is_empty() && runs[0].stop.is_none(), "shipped: every invariant holds");
+    let unguarded = &runs[1];
+    assert_eq!(unguarded.variant, "unguarded-writes");
+    let broken: Vec<Invariant> = unguarded.broken.iter().map(|b| b.violation.invariant).collect();
+    assert_eq!(
+        broken,
+        [
+            Invariant::BudgetExceeded,
+            Invariant::UngatedWithoutPin,
+            Invariant::SetSplit,
+            Invariant::ClaimAttachedTwice,
+            Invariant::UsageRecordMismatch,
+            Invariant::VgpuWithoutEntitlement,
+        ],
+        "in the order the writes land"
+    );
+}
+
+#[test]
+fn without_the_guards_the_tampering_story_fails_its_shipped_expectations() {
+    let run = flipped("16-tenant-tampering.yaml", "unguarded-writes");
+    let stop = run.stop.as_ref().expect("an invariant broke");
+    assert_eq!(stop.violation.invariant, Invariant::BudgetExceeded, "the raised count, first");
 }
 
 #[test]
@@ -160,7 +186,6 @@ fn pinning_from_the_cache_alone_is_caught_by_an_invariant() {
     let run = flipped("15-pins-confirmed.yaml", "unconfirmed-pins");
     let stop = run.stop.as_ref().expect("an invariant broke");
     assert_eq!(stop.violation.invariant, Invariant::DeviceDoubleBooked);
-    assert!(!run.stop_expected);
     assert!(stop.violation.detail.contains("nvidia.com/GRID_A100-4C, the node has 8"), "{}", stop.violation.detail);
 }
 
@@ -189,7 +214,6 @@ fn pinning_in_two_updates_is_caught_by_an_invariant_in_every_scenario_that_place
         let run = flipped(file, "two-update-pin");
         let stop = run.stop.as_ref().unwrap_or_else(|| panic!("{file}: no invariant broke"));
         assert_eq!(stop.violation.invariant, Invariant::UngatedWithoutPin, "{file}");
-        assert!(!run.stop_expected);
         assert!(run.failure().unwrap().starts_with("invariant UngatedWithoutPin broken after event "), "{file}");
     }
 }
@@ -210,8 +234,68 @@ fn the_whole_suite_plans_every_listed_variant_and_passes() {
     let jobs = suite::plan(&loaded, &Plan { seeds: 1, ..Plan::default() }).unwrap();
     let variants: usize = loaded.iter().map(|l| l.scenario.variants().unwrap().len()).sum();
     assert_eq!(jobs.len(), variants);
-    let outcomes = suite::run_jobs(&loaded, jobs, 2, &|_| {});
+    let outcomes = suite::run_jobs(&loaded, jobs, 2, false, None, &|_| {});
     for outcome in &outcomes {
         assert!(outcome.passed(), "{:?}: {:?}", outcome.job, outcome.failure());
+    }
+}
+
+#[test]
+fn s17_replicas_spread_after_a_node_loss_at_the_seed_that_broke() {
+    let loaded = load("17-replicas-spread-after-node-loss.yaml");
+    assert_eq!(loaded.scenario.seed, Some(783), "the seed suite 14 failed at before the fix");
+    let (run, mismatch) = run_twice(&loaded.scenario, Variant::SHIPPED, "shipped", 783).unwrap();
+    assert_eq!(mismatch, None);
+    assert!(run.passed(), "{:?}", run.failure());
+}
+
+#[test]
+fn s18_a_bind_behind_a_device_failure_at_the_seed_that_broke() {
+    let loaded = load("18-bind-behind-a-device-failure.yaml");
+    assert_eq!(loaded.scenario.seed, Some(195), "the seed the harsher mix failed at before the fix");
+    let (run, mismatch) = run_twice(&loaded.scenario, Variant::SHIPPED, "shipped", 195).unwrap();
+    assert_eq!(mismatch, None);
+    assert!(run.passed(), "{:?}", run.failure());
+}
+
+#[test]
+fn a_rate_expectation_is_judged_over_runs_not_in_each() {
+    let text = std::fs::read_to_string(suite_dir().join("03-pin-and-ungate-in-one-update.yaml")).unwrap();
+    // The shipped engine never leaves a pod ungated without its pin: expected at a rate, no run fails for it, and
+    // the rate over the runs does.
+    let text = text.replace(
+        "- {says: the pod is left ungated without its pin, variants: [two-update-pin], invariant: UngatedWithoutPin}",
+        "- {says: the pod is left ungated without its pin, invariant: UngatedWithoutPin, rate: 0.5}",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("03-rate.yaml");
+    std::fs::write(&path, text).unwrap();
+    let loaded = [suite::load(&path).unwrap()];
+    let jobs = suite::plan(&loaded, &Plan { seeds: 4, ..Plan::default() }).unwrap();
+    let outcomes = suite::run_jobs(&loaded, jobs, 2, true, None, &|_| {});
+    let shipped: Vec<_> = outcomes.iter().filter(|o| o.job.variant_name == "shipped").collect();
+    assert!(shipped.iter().all(|o| o.passed()), "a run that does not break it passes");
+    let rates = suite::rates(&outcomes);
+    let by_variant = |name: &str| rates.iter().find(|r| r.variant == name).unwrap();
+    let never = by_variant("shipped");
+    assert_eq!((never.broken, never.runs, never.passed()), (0, 4, false));
+    assert_eq!(
+        never.to_string(),
+        "expect[4] (the pod is left ungated without its pin): broke in 0 of 4 runs (0.0%), at least 50.0% expected"
+    );
+    let always = by_variant("two-update-pin");
+    assert_eq!((always.broken, always.runs, always.passed()), (4, 4, true));
+}
+
+#[test]
+fn only_an_invariant_expectation_takes_a_rate_and_a_share_of_runs() {
+    let base = std::fs::read_to_string(suite_dir().join("03-pin-and-ungate-in-one-update.yaml")).unwrap();
+    for (line, error) in [
+        ("- {at: end, figure: vmStarts, atLeast: 1, rate: 0.5}", "only an invariant expectation takes a rate"),
+        ("- {invariant: SetSplit, rate: 1.5}", "1.5 is not a share of runs in (0, 1]"),
+    ] {
+        let text = format!("{base}{line}\n");
+        let error_text = gpuclaim_sim::scenario::parse_scenario(&text).unwrap_err().to_string();
+        assert!(error_text.contains(error) && error_text.contains(".rate"), "{error_text}");
     }
 }

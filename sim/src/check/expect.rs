@@ -83,6 +83,10 @@ pub struct ExpectationSpec {
     /// For `startWait`: the longest wait allowed.
     #[serde(default)]
     pub within: Option<Duration>,
+    /// For `invariant`: a rate, not a promise for every run: the runs of the scenario and variant together break it
+    /// in at least this share of them (`0.95`); a run that does not is no failure by itself.
+    #[serde(default)]
+    pub rate: Option<f64>,
 }
 
 /// One of a VM's pods, by its role.
@@ -129,6 +133,8 @@ pub enum Figure {
     PinsRechecked,
     /// `refusals/<what>:<reason>` (the run's refusal counts, e.g. `FailedCreate:CapacityShort`).
     Refusals(String),
+    /// `tenantWrites/<write>`: a tenant's writes of that kind that landed.
+    TenantWrites(String),
     /// `waitingAtGate` (all pods at the gate) or `waitingAtGate/<reason>`.
     WaitingAtGate(Option<String>),
     MigrationsSucceeded,
@@ -165,6 +171,8 @@ pub struct Expectation {
     pub when: When,
     pub subject: Subject,
     pub condition: Condition,
+    /// An invariant expectation's rate over runs, in thousandths (see [`ExpectationSpec::rate`]).
+    pub rate_per_mille: Option<u32>,
 }
 
 const VM_PHASES: [&str; 7] = ["Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed", "Absent"];
@@ -224,7 +232,8 @@ impl ExpectationSpec {
                     "figure",
                     format!(
                         "{figure:?} is not a figure: vmStarts, controllerPasses, pinsRechecked, \
-                         refusals/<what>:<reason>, waitingAtGate[/<reason>], migrationsSucceeded, migrationsFailed, \
+                         refusals/<what>:<reason>, tenantWrites/<write>, waitingAtGate[/<reason>], \
+                         migrationsSucceeded, migrationsFailed, \
                          usagesOpen, usagesClosed, claims"
                     ),
                 )
@@ -283,7 +292,15 @@ impl ExpectationSpec {
             Some(says) => format!("{field} ({says})"),
             None => field.to_owned(),
         };
-        Ok(Expectation { label, variants: self.variants.clone(), when, subject, condition })
+        match (self.rate, &subject) {
+            (Some(rate), Subject::Invariant(_)) if !(rate > 0.0 && rate <= 1.0) => {
+                return Err(err("rate", format!("{rate} is not a share of runs in (0, 1]")));
+            }
+            (Some(_), Subject::Invariant(_)) | (None, _) => {}
+            (Some(_), _) => return Err(err("rate", "only an invariant expectation takes a rate".to_owned())),
+        }
+        let rate_per_mille = self.rate.map(|rate| (rate * 1000.0).round() as u32);
+        Ok(Expectation { label, variants: self.variants.clone(), when, subject, condition, rate_per_mille })
     }
 }
 
@@ -367,6 +384,7 @@ fn parse_figure(text: &str) -> Option<Figure> {
             _ => return None,
         },
         Some(("refusals", key)) if key.contains(':') => Figure::Refusals(key.to_owned()),
+        Some(("tenantWrites", write)) if !write.is_empty() => Figure::TenantWrites(write.to_owned()),
         Some(("waitingAtGate", reason)) if !reason.is_empty() => Figure::WaitingAtGate(Some(reason.to_owned())),
         Some(_) => return None,
     })
@@ -543,6 +561,7 @@ pub fn figure_value(world: &World, figure: &Figure) -> u64 {
         Figure::ControllerPasses => stats.controller_passes,
         Figure::PinsRechecked => stats.pins_rechecked,
         Figure::Refusals(key) => stats.refusals.get(key).copied().unwrap_or(0),
+        Figure::TenantWrites(write) => stats.tenant_writes.get(write).copied().unwrap_or(0),
         Figure::WaitingAtGate(None) => world.waiting_at_gate().values().sum(),
         Figure::WaitingAtGate(Some(reason)) => world.waiting_at_gate().get(reason).copied().unwrap_or(0),
         Figure::MigrationsSucceeded => migrations(MigrationPhase::Succeeded),

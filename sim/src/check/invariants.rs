@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Claim, Name, Pod, Time, View};
+use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
 use gpuclaim_engine::rules::{PodRole, pod_role};
 use gpuclaim_engine::scheduling::is_pinned_to;
@@ -41,10 +41,13 @@ pub enum Invariant {
     UsageRecordMismatch,
     /// A pod waited at the gate while its whole set fit on some node for longer than the reaction time.
     WaitingWhileFits,
+    /// A namespace the platform did not entitle to vGPU classes got units of one bound (the platform's grant is the
+    /// entitlement the run started with: a label a tenant set itself grants nothing).
+    VgpuWithoutEntitlement,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 7] = [
+    pub const ALL: [Invariant; 8] = [
         Invariant::DeviceDoubleBooked,
         Invariant::BudgetExceeded,
         Invariant::ClaimAttachedTwice,
@@ -52,6 +55,7 @@ impl Invariant {
         Invariant::SetSplit,
         Invariant::UsageRecordMismatch,
         Invariant::WaitingWhileFits,
+        Invariant::VgpuWithoutEntitlement,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +67,7 @@ impl Invariant {
             Invariant::SetSplit => "SetSplit",
             Invariant::UsageRecordMismatch => "UsageRecordMismatch",
             Invariant::WaitingWhileFits => "WaitingWhileFits",
+            Invariant::VgpuWithoutEntitlement => "VgpuWithoutEntitlement",
         }
     }
 
@@ -180,6 +185,13 @@ pub struct Invariants {
     next_sample: Millis,
     /// The buffer the last event's keys came in, kept so the next event's fit without growing one again.
     journal: Vec<ObjectKey>,
+    /// The namespaces the platform entitled to vGPU classes (as the run started).
+    entitled: BTreeSet<Name>,
+    /// (node, resource) → the allocatable units last seen.
+    allocatable: Ledger<Key, u64>,
+    /// (node, resource) → when its allocatable last fell, and what it was before (the most within one reaction
+    /// time): a bind decided on a cache one watch lag behind the device plugin is judged against that.
+    lowered: Ledger<Key, (Millis, u64)>,
 }
 
 impl Invariants {
@@ -204,7 +216,15 @@ impl Invariants {
             fitting: BTreeMap::new(),
             next_sample: Millis::ZERO,
             journal: Vec::new(),
+            entitled: store.tenants().filter(|(_, t)| t.vgpu_entitled).map(|(namespace, _)| namespace.into()).collect(),
+            allocatable: Ledger::default(),
+            lowered: Ledger::default(),
         };
+        for node in store.nodes() {
+            for (resource, units) in &node.devices {
+                invariants.allocatable.insert((node.name.as_str().into(), resource.as_str().into()), *units);
+            }
+        }
         let keys: Vec<ObjectKey> = store
             .pods()
             .map(|p| key(Kind::Pod, &p.namespace, &p.name))
@@ -212,7 +232,7 @@ impl Invariants {
             .chain(store.usages().map(|u| key(Kind::Usage, &u.namespace, &u.name)))
             .collect();
         // What a scenario starts with is not a booking this run made: ledgers only.
-        let _ = invariants.touched(store, keys, Millis::ZERO);
+        invariants.touched(store, keys, Millis::ZERO, &mut Vec::new());
         invariants
     }
 
@@ -226,22 +246,39 @@ impl Invariants {
         time: Time,
         leader: bool,
     ) -> Result<(), Violation> {
-        self.touched(store, touched, now)?;
+        match self.check_all(store, touched, now, time, leader).into_iter().next() {
+            Some(violation) => Err(violation),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Invariants::check`], every invariant the event broke (at most one each per object), the ledgers kept whole:
+    /// a run that expects some of them broken (a counterfactual) goes on checking the others.
+    pub fn check_all(
+        &mut self,
+        store: &View,
+        touched: Vec<ObjectKey>,
+        now: Millis,
+        time: Time,
+        leader: bool,
+    ) -> Vec<Violation> {
+        let mut found = Vec::new();
+        self.touched(store, touched, now, &mut found);
         if let Some((claim, since)) = self.mismatched.iter().find(|(_, since)| now.0 - since.0 > self.reaction.0) {
             let detail = usage_detail(store, claim);
-            return Err(violation(
+            found.push(violation(
                 Invariant::UsageRecordMismatch,
                 format!("GPUClaim {}/{}: {detail} since {since}", claim.0, claim.1),
             ));
         }
         if now >= self.next_sample {
             self.next_sample = now + Millis(self.reaction.0 / 4).max(Millis(1));
-            self.sample_liveness(store, now, time, leader)?;
+            found.extend(self.sample_liveness(store, now, time, leader).err());
         }
-        Ok(())
+        found
     }
 
-    fn touched(&mut self, store: &View, mut touched: Vec<ObjectKey>, now: Millis) -> Result<(), Violation> {
+    fn touched(&mut self, store: &View, mut touched: Vec<ObjectKey>, now: Millis, found: &mut Vec<Violation>) {
         // In key order, each once (an event touches a handful of objects: sorted in place, not through a set).
         touched.sort_unstable();
         touched.dedup();
@@ -249,6 +286,7 @@ impl Invariants {
         let mut grown = Vec::new();
         for object in &touched {
             match object.kind {
+                Kind::Node => self.node(store, &object.name, now),
                 Kind::Claim => {
                     grown.extend(self.claim(store, object));
                     usage_checks.insert((object.namespace.clone(), object.name.clone()));
@@ -270,18 +308,18 @@ impl Invariants {
             }
         }
         for claim in &grown {
-            self.judge_claim(store, claim)?;
+            found.extend(self.judge_claim(store, claim, now).err());
         }
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
         let mut booked = Vec::new();
         for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
-            booked.extend(self.pod(store, (object.namespace.clone(), object.name.clone()))?);
+            booked.extend(self.pod(store, (object.namespace.clone(), object.name.clone()), found));
         }
         // Handed back for the next event's keys (see [`Invariants::spent_journal`]).
         touched.clear();
         self.journal = touched;
         for (pod, node) in booked {
-            self.judge_pod_devices(store, &pod, &node)?;
+            found.extend(self.judge_pod_devices(store, &pod, &node).err());
         }
         for claim in usage_checks {
             if usage_agrees(store, &claim) {
@@ -290,7 +328,6 @@ impl Invariants {
                 self.mismatched.entry(claim).or_insert(now);
             }
         }
-        Ok(())
     }
 
     /// Takes a claim's new state into the ledgers; returns the claim when it took units it did not hold before (to
@@ -329,12 +366,38 @@ impl Invariants {
         grew.then_some(key)
     }
 
-    /// A claim that took units: its node's claims within the node's devices, its namespace within its budget.
-    fn judge_claim(&self, store: &View, key: &Key) -> Result<(), Violation> {
+    /// A node's new allocatable: where a resource's fell, when and from what.
+    fn node(&mut self, store: &View, name: &str, now: Millis) {
+        let Some(node) = store.node(name) else { return };
+        for (resource, units) in &node.devices {
+            let key: Key = (name.into(), resource.as_str().into());
+            let before = self.allocatable.insert(key.clone(), *units).unwrap_or(*units);
+            if *units < before {
+                let recent = self.lowered.get(&key).filter(|(at, _)| now.0 - at.0 <= self.reaction.0);
+                let from = recent.map_or(before, |(_, from)| (*from).max(before));
+                self.lowered.insert(key, (now, from));
+            }
+        }
+    }
+
+    /// What a bind onto `node` is judged against: its allocatable, or what it had before it fell within the last
+    /// reaction time. The device plugin's report reaches the controller one watch lag late (a bind decided on the
+    /// units a moment before they failed is the same race as units failing a moment after the bind), and the claims
+    /// a failure leaves over a node's units are a debt the engine pays before it hands out units there again.
+    fn bind_allowance(&self, store: &View, node: &str, resource: &str, now: Millis) -> u64 {
+        let allocatable = store.node(node).and_then(|n| n.devices.get(resource).copied()).unwrap_or(0);
+        let key: Key = (node.into(), resource.into());
+        let recent = self.lowered.get(&key).filter(|(at, _)| now.0 - at.0 <= self.reaction.0);
+        recent.map_or(allocatable, |(_, before)| allocatable.max(*before))
+    }
+
+    /// A claim that took units: its node's claims within the node's devices (see [`Invariants::bind_allowance`]),
+    /// its namespace within its budget.
+    fn judge_claim(&self, store: &View, key: &Key, now: Millis) -> Result<(), Violation> {
         let Some(claim) = self.claims.get(key) else { return Ok(()) };
         let Some(node) = &claim.node else { return Ok(()) };
         let booked = self.claim_units.get(&(node.clone(), claim.resource.clone())).copied().unwrap_or(0);
-        let allocatable = store.node(node).and_then(|n| n.devices.get(claim.resource.as_str()).copied()).unwrap_or(0);
+        let allocatable = self.bind_allowance(store, node, &claim.resource, now);
         if booked > allocatable {
             let there: Vec<String> =
                 store.claims_on_node(node).map(|c| format!("{}/{} ({})", c.namespace, c.name, c.count)).collect();
@@ -361,19 +424,30 @@ impl Invariants {
                 ),
             ));
         }
+        let vgpu = store.class(&claim.class).is_some_and(|class| class.mode == GpuMode::Vgpu);
+        if vgpu && !self.entitled.contains(&key.0) {
+            return Err(violation(
+                Invariant::VgpuWithoutEntitlement,
+                format!(
+                    "GPUClaim {}/{} bound: namespace {} holds {} units of vGPU class {}, and the platform never \
+                     entitled it",
+                    key.0, key.1, key.0, claim.units, claim.class
+                ),
+            ));
+        }
         Ok(())
     }
 
     /// Takes a pod's new state into the ledgers and judges its gate and its set; returns the pod and its node when it
     /// was bound there in this event (its devices are judged once every change of the event is in).
-    fn pod(&mut self, store: &View, key: Key) -> Result<Option<(Key, Name)>, Violation> {
+    fn pod(&mut self, store: &View, key: Key, found: &mut Vec<Violation>) -> Option<(Key, Name)> {
         let old = self.pods.remove(&key).unwrap_or_default();
         let pod = store.pod(&key.0, &key.1);
         let new = pod.map(|pod| self.seen(pod, &old)).unwrap_or_default();
         // A write that changed nothing the checks follow (a condition, a phase before binding): nothing to move.
         if pod.is_some() && new == old {
             self.pods.insert(key, new);
-            return Ok(None);
+            return None;
         }
         if let Some(node) = &old.booked_on {
             unbook(&mut self.pod_devices, node, &old.devices);
@@ -396,17 +470,17 @@ impl Invariants {
             let ungated_now = old.gated && !new.gated && !pod.phase.is_terminal();
             let bound_now = new.booked_on.is_some() && old.booked_on.is_none();
             if ungated_now {
-                let Some(node) = pod.required_terms().and_then(is_pinned_to) else {
-                    return Err(violation(
+                match pod.required_terms().and_then(is_pinned_to) {
+                    Some(node) => found.extend(self.whole_set_on(store, pod, &new, node).err()),
+                    None => found.push(violation(
                         Invariant::UngatedWithoutPin,
                         format!("Pod {}/{} left the gate without a pin to one node", key.0, key.1),
-                    ));
-                };
-                self.whole_set_on(store, pod, &new, node)?;
+                    )),
+                }
             }
             if bound_now {
                 let node = new.booked_on.as_deref().expect("bound");
-                self.whole_set_on(store, pod, &new, node)?;
+                found.extend(self.whole_set_on(store, pod, &new, node).err());
             }
         }
         if let Some(uid) = &new.holds {
@@ -415,7 +489,7 @@ impl Invariants {
                 holders.insert(uid.clone());
                 if holders.len() > 1 {
                     let runs: Vec<&str> = holders.iter().map(Name::as_str).collect();
-                    return Err(violation(
+                    found.push(violation(
                         Invariant::ClaimAttachedTwice,
                         format!("GPUClaim {}/{claim} is held by VMIs {} at once", key.0, runs.join(" and ")),
                     ));
@@ -425,7 +499,7 @@ impl Invariants {
         if pod.is_some() {
             self.pods.insert(key, new);
         }
-        Ok(fresh)
+        fresh
     }
 
     /// A pod bound to `node` in this event: the live pods there request no more of a device than the node has.

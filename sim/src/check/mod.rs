@@ -4,6 +4,7 @@
 pub mod expect;
 pub mod invariants;
 mod run;
+pub mod shrink;
 pub mod suite;
 
 pub use expect::{Expectation, ExpectationSpec, Figure, Subject, When};

@@ -1,16 +1,19 @@
 //! One checked run: the world built from a scenario under a variant and seed, invariants after every event, the
 //! expectations judged at their times, and the run's key figures.
 //!
-//! A run that breaks an invariant stops at that event. When the scenario expects that invariant (a counterfactual
-//! engine), the stop is the expected outcome and the other expectations are judged on the state the run stopped
-//! in; otherwise the run fails and what it had not reached yet is reported as such.
+//! A run that breaks an invariant the scenario does not expect of its variant stops at that event: the run fails
+//! and what it had not reached yet is reported as such. One the scenario expects (a counterfactual engine) is
+//! recorded where it first broke and the run goes on, checking every other invariant, until every invariant it
+//! expects has broken: then it stops there, the expected outcome, and the other expectations are judged on the state
+//! it stopped in. A counterfactual may so show several things it breaks (each an expectation), while what follows
+//! from its last break is not judged.
 
 use std::collections::BTreeSet;
 
 use gpuclaim_engine::variant::Variant;
 
 use super::expect::{Expectation, Subject, When};
-use super::invariants::{Invariants, Violation};
+use super::invariants::{Invariant, Invariants, Violation};
 use crate::kernel::Millis;
 use crate::log::EventLog;
 use crate::metrics::Percentiles;
@@ -43,6 +46,34 @@ impl std::fmt::Display for Stop {
 pub fn watch_invariants(world: &mut World, variant: Variant, reaction: Millis) -> Invariants {
     world.api.watch().keep_journal();
     Invariants::new(world.store(), variant, reaction)
+}
+
+/// [`check_event`] for a run that expects `expected` to break: the first break of each goes into `broken` and the
+/// run goes on until all of `awaited` (those promised for every run) have broken (then the last one is returned, its
+/// invariant expected); any other invariant stops it.
+pub fn check_event_expecting(
+    invariants: &mut Invariants,
+    world: &mut World,
+    expected: &BTreeSet<Invariant>,
+    awaited: &BTreeSet<Invariant>,
+    broken: &mut Vec<Stop>,
+) -> Result<(), Stop> {
+    let touched = world.api.watch().take_journal(invariants.spent_journal());
+    let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
+    for violation in invariants.check_all(world.store(), touched, now, time, leads) {
+        let stop = Stop { violation, event: world.events(), at: now };
+        if !expected.contains(&stop.violation.invariant) {
+            return Err(stop);
+        }
+        if !broken.iter().any(|seen| seen.violation.invariant == stop.violation.invariant) {
+            broken.push(stop.clone());
+            let all = !awaited.is_empty() && awaited.iter().all(|a| broken.iter().any(|b| b.violation.invariant == *a));
+            if all {
+                return Err(stop);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks what the world's last event changed (an observer of [`World::run_observed`]).
@@ -81,22 +112,25 @@ pub struct CheckedRun {
     pub variant: String,
     pub seed: u64,
     pub hash: String,
-    /// The invariant that stopped the run, if one did.
+    /// The invariant the scenario does not expect that stopped the run, if one did.
     pub stop: Option<Stop>,
-    /// Whether that stop was what the scenario expects of this variant.
-    pub stop_expected: bool,
+    /// The invariants the scenario expects of this variant that broke, each where it first did.
+    pub broken: Vec<Stop>,
+    /// The expectations with a rate (label, rate in thousandths) and whether this run broke their invariant:
+    /// judged over runs.
+    pub rates: Vec<(String, u32, bool)>,
     pub judged: Vec<Judged>,
     pub figures: RunFigures,
 }
 
 impl CheckedRun {
     pub fn passed(&self) -> bool {
-        (self.stop.is_none() || self.stop_expected) && self.judged.iter().all(|j| j.passed)
+        self.stop.is_none() && self.judged.iter().all(|j| j.passed)
     }
 
     /// The first thing that failed, in a line.
     pub fn failure(&self) -> Option<String> {
-        if let Some(stop) = self.stop.as_ref().filter(|_| !self.stop_expected) {
+        if let Some(stop) = &self.stop {
             return Some(stop.to_string());
         }
         self.judged.iter().find(|j| !j.passed).map(|j| format!("{}: {}", j.label, j.detail))
@@ -158,10 +192,27 @@ pub fn run_checked_world(
         })
         .collect();
     cuts.insert(end);
+    // A rate expectation's invariant is expected too (its break is no failure) but not awaited: the run goes on
+    // to its end unless every promised invariant broke.
+    let expected: BTreeSet<Invariant> = tracking
+        .iter()
+        .filter_map(|t| match t.expectation.subject {
+            Subject::Invariant(invariant) => Some(invariant),
+            _ => None,
+        })
+        .collect();
+    let awaited: BTreeSet<Invariant> = tracking
+        .iter()
+        .filter_map(|t| match t.expectation.subject {
+            Subject::Invariant(invariant) if t.expectation.rate_per_mille.is_none() => Some(invariant),
+            _ => None,
+        })
+        .collect();
+    let mut broken = Vec::new();
     let mut stop = None;
     for cut in cuts {
         let outcome = world.run_observed(cut, EVENTS_MAX, |world| {
-            check_event(&mut invariants, world)?;
+            check_event_expecting(&mut invariants, world, &expected, &awaited, &mut broken)?;
             let now = world.now();
             for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
                 match t.expectation.when {
@@ -182,30 +233,52 @@ pub fn run_checked_world(
             Ok::<(), Stop>(())
         })?;
         if let Err(stopped) = outcome {
-            stop = Some(stopped);
+            // Every expected invariant broken: the counterfactual's end. Anything else: the run failed there.
+            if !expected.contains(&stopped.violation.invariant) {
+                stop = Some(stopped);
+            }
             break;
         }
         judge_at(&world, &mut tracking, cut, cut == end);
     }
-    let stop_expected = stop.as_ref().is_some_and(|stop| {
-        tracking.iter().any(|t| t.expectation.subject == Subject::Invariant(stop.violation.invariant))
-    });
     let now = world.now();
     for t in &mut tracking {
+        let seen = |invariant: &Invariant| broken.iter().find(|b| b.violation.invariant == *invariant);
         match (&t.expectation.subject, &stop) {
-            (Subject::Invariant(invariant), Some(stop)) if *invariant == stop.violation.invariant => {
-                t.judge(true, format!("broken after event {} at {}: {}", stop.event, stop.at, stop.violation.detail));
+            (Subject::Invariant(invariant), _) if seen(invariant).is_some() => {
+                let first = seen(invariant).expect("found");
+                t.judge(
+                    true,
+                    format!("broken after event {} at {}: {}", first.event, first.at, first.violation.detail),
+                );
             }
-            (Subject::Invariant(invariant), _) => {
-                t.judge(false, format!("the run did not break invariant {invariant}"));
-            }
-            _ if stop.is_some() && !stop_expected => t.judge(false, format!("not reached: the run stopped at {now}")),
+            (Subject::Invariant(invariant), _) => match t.expectation.rate_per_mille {
+                Some(rate) => t.judge(
+                    true,
+                    format!(
+                        "not broken in this run; {invariant} is expected in {:.1}% of runs",
+                        f64::from(rate) / 10.0
+                    ),
+                ),
+                None => t.judge(false, format!("the run did not break invariant {invariant}")),
+            },
+            _ if stop.is_some() => t.judge(false, format!("not reached: the run stopped at {now}")),
             _ => {}
         }
     }
     // What is left is judged on the state the run ended or stopped in.
     let final_cut = now;
     judge_at(&world, &mut tracking, final_cut, true);
+    let rates = tracking
+        .iter()
+        .filter_map(|t| match (t.expectation.rate_per_mille, &t.expectation.subject) {
+            (Some(rate), Subject::Invariant(invariant)) => {
+                let seen = broken.iter().any(|b| b.violation.invariant == *invariant);
+                Some((t.expectation.label.clone(), rate, seen))
+            }
+            _ => None,
+        })
+        .collect();
     let judged = tracking.into_iter().map(|t| t.verdict.expect("every expectation judged")).collect();
     // Closing the log flushes its sink: a write error there is the run's error.
     world.take_log().finish().map_err(WorldError::from)?;
@@ -217,7 +290,7 @@ pub fn run_checked_world(
         waiting_at_gate: world.waiting_at_gate().values().sum(),
     };
     let run =
-        CheckedRun { variant: judge_as.to_owned(), seed, hash: world.log_hash(), stop, stop_expected, judged, figures };
+        CheckedRun { variant: judge_as.to_owned(), seed, hash: world.log_hash(), stop, broken, rates, judged, figures };
     Ok((run, world))
 }
 
