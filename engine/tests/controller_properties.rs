@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes, run_key_visits};
+use gpuclaim_engine::controller::{
+    Action, Changes, Waiting, apply, reconcile, reconcile_changes, reconcile_remembering, run_key_visits,
+};
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{
@@ -14,6 +16,7 @@ use gpuclaim_engine::model::{
     occupied_node,
 };
 use gpuclaim_engine::scheduling::is_pinned_to;
+use gpuclaim_engine::variant::Variant;
 use proptest::prelude::*;
 
 const CLASSES: [(&str, &str, GpuMode); 2] =
@@ -410,8 +413,64 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     }
 }
 
+/// Moves that only take or add waiters (nothing loosens, so remembered waiters stay skipped): pinned pods bound,
+/// a new VM ordering templates arrives.
+fn taking_moves(view: &mut View, dice: &mut Dice, step: i64) {
+    let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
+    for mut pod in pods {
+        let pinned = pod.required_terms().and_then(is_pinned_to).map(str::to_owned);
+        if let Some(node) = pinned.filter(|_| dice.chance(70)) {
+            pod.node_name = Some(node.as_str().into());
+            pod.phase = PodPhase::Running;
+            view.upsert_pod(pod);
+        }
+    }
+    if dice.chance(60) {
+        let tenant = ["t0", "t1"][dice.roll(2) as usize];
+        let name = format!("late-{step}");
+        view.upsert_vmi(fixtures::vmi(tenant, &name, VmiPhase::Scheduling, None));
+        let (class, _, _) = CLASSES[dice.roll(2) as usize];
+        let count = 1 + dice.roll(8);
+        let json = format!(r#"[{{"template":0,"class":"{class}","count":{count}}}]"#);
+        let mut pod = gated_launcher(tenant, &name, &json, "nvidia.com/H100", u64::from(count), at(200 + step));
+        std::sync::Arc::make_mut(&mut pod.tolerations).push(fixtures::gpu_toleration("nvidia.com/A10-12Q"));
+        view.upsert_pod(pod);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A pass that skips the waiters nothing has changed for (`Waiting`) writes exactly what the full scan writes,
+    /// over passes whose writes land, with moves that loosen (runs end, budgets and nodes change) and moves that
+    /// only take (pods bound, new waiters), so that both skipping and waking are exercised.
+    #[test]
+    fn remembering_waiters_decides_what_the_full_scan_decides(numbers in prop::collection::vec(any::<u32>(), 64..256)) {
+        let mut dice = Dice(numbers, 0);
+        let mut view = world(&mut dice);
+        let mut waiting = Waiting::default();
+        let mut changes: Option<Changes> = None;
+        for step in 0..10 {
+            let now = at(1_000 + step);
+            let actions = reconcile(&view, now);
+            let remembering = reconcile_remembering(&view, now, changes.as_ref(), &Variant::SHIPPED, &mut waiting);
+            prop_assert_eq!(&remembering, &actions, "step {}: skipping remembered waiters changes nothing", step);
+            apply(&mut view, &actions, now).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            waiting.landed();
+            let mut moved = Changes::default();
+            for action in &actions {
+                if let Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } = action {
+                    moved.claims.insert((claim.namespace.clone(), claim.name.clone()));
+                }
+            }
+            if dice.chance(40) {
+                world_moves(&mut view, &mut dice, &mut moved);
+            } else {
+                taking_moves(&mut view, &mut dice, step);
+            }
+            changes = Some(moved);
+        }
+    }
 
     #[test]
     fn the_controller_keeps_every_invariant_and_one_pass_is_enough(numbers in prop::collection::vec(any::<u32>(), 64..256)) {

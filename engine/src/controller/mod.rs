@@ -19,6 +19,7 @@ mod placement;
 mod publish;
 mod reasons;
 mod usage;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +28,7 @@ pub use apply::{Conflict, apply, created_claim};
 pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
+pub use waiting::Waiting;
 
 use crate::model::{
     Claim, ClaimPhase, Class, Name, Pod, PodPhase, Time, View, Vmi, VmiPhase, VmiRef, holds_placement_gate,
@@ -45,7 +47,7 @@ pub fn reconcile(view: &View, now: Time) -> Vec<Action> {
 /// [`reconcile`] under an engine variant (`two_update_pin` writes the gate removal and the pin apart).
 pub fn reconcile_with(view: &View, now: Time, variant: &Variant) -> Vec<Action> {
     let claims: Vec<&Claim> = view.claims().collect();
-    Pass::new(view, now, *variant).run(&claims, None)
+    Pass::new(view, now, *variant, None).run(&claims, None).0
 }
 
 /// What a pass reads of a VMI (a run): which run it is, whether it has ended, and where it runs once Running
@@ -142,6 +144,12 @@ pub fn reconcile_changes(view: &View, now: Time, changes: &Changes) -> Vec<Actio
 
 /// [`reconcile_changes`] under an engine variant.
 pub fn reconcile_changes_with(view: &View, now: Time, changes: &Changes, variant: &Variant) -> Vec<Action> {
+    Pass::new(view, now, *variant, None).run(&changed_claims(view, changes), Some(changes)).0
+}
+
+/// The claims `changes` can affect: changed claims, the claims of changed runs, the claims on changed nodes, in
+/// namespace/name order.
+fn changed_claims<'v>(view: &'v View, changes: &Changes) -> Vec<&'v Claim> {
     let changed = changes.claims.iter().filter_map(|(namespace, name)| view.claim(namespace, name));
     let of_runs = changes.vmis.iter().flat_map(|(namespace, vmi)| view.claims_of_run(namespace, vmi));
     let on_nodes = changes.nodes.iter().flat_map(|node| view.claims_on_node(node));
@@ -149,7 +157,30 @@ pub fn reconcile_changes_with(view: &View, now: Time, changes: &Changes, variant
     let mut claims: Vec<&Claim> = changed.chain(of_runs).chain(on_nodes).collect();
     claims.sort_unstable_by_key(|c| key_of(c));
     claims.dedup_by_key(|c| key_of(c));
-    Pass::new(view, now, *variant).run(&claims, Some(changes))
+    claims
+}
+
+/// [`reconcile_with`] (`changes` none) or [`reconcile_changes_with`], skipping the waiters `waiting` says nothing
+/// has changed for since the last pass whose writes landed, and remembering what this one leaves waiting: the same
+/// actions, at a cost that follows what changed rather than the queue's length (see [`Waiting`]). The caller then
+/// says whether this pass's writes landed ([`Waiting::landed`]) or not ([`Waiting::forget`]).
+pub fn reconcile_remembering(
+    view: &View,
+    now: Time,
+    changes: Option<&Changes>,
+    variant: &Variant,
+    waiting: &mut Waiting,
+) -> Vec<Action> {
+    let memo = waiting.usable(view);
+    let claims = match changes {
+        None => view.claims().collect(),
+        Some(changes) => changed_claims(view, changes),
+    };
+    let (actions, proposed) = Pass::new(view, now, *variant, Some(memo)).run(&claims, changes);
+    if let Some(proposed) = proposed {
+        waiting.propose(proposed);
+    }
+    actions
 }
 
 /// A claim's identity within a pass, borrowed from the view: bookkeeping a pass does per claim allocates nothing.
@@ -204,11 +235,17 @@ struct Pass<'v> {
     /// were last settled: a pass settles twice, and the second time usually finds nothing new.
     moves: u64,
     settled_at: Option<u64>,
+    /// Remembering waiters (see [`Waiting`]): what the last landed pass left waiting, if it still holds (the outer
+    /// `Some`: this pass remembers; the inner: it may skip), and what this pass leaves.
+    remembered: Option<Option<&'v waiting::Memo>>,
+    remembering: Option<waiting::Memo>,
+    /// Whether the last candidate walk stopped at [`CANDIDATES_PER_PLACEMENT_MAX`].
+    walk_capped: std::cell::Cell<bool>,
 }
 
 impl<'v> Pass<'v> {
     /// The pass, in order, over `claims` (every claim, or those a change can affect, in namespace/name order).
-    fn run(mut self, claims: &[&'v Claim], changes: Option<&Changes>) -> Vec<Action> {
+    fn run(mut self, claims: &[&'v Claim], changes: Option<&Changes>) -> (Vec<Action>, Option<waiting::Memo>) {
         self.release_and_follow(claims);
         self.settle_pods();
         self.serve_waiters();
@@ -217,10 +254,11 @@ impl<'v> Pass<'v> {
             Some(changes) => self.reconcile_usages_of(claims, changes),
         }
         self.publish();
-        self.finish()
+        let remembered = self.remembering.take();
+        (self.finish(), remembered)
     }
 
-    fn new(view: &'v View, now: Time, variant: Variant) -> Self {
+    fn new(view: &'v View, now: Time, variant: Variant, remembered: Option<Option<&'v waiting::Memo>>) -> Self {
         Pass {
             view,
             now,
@@ -240,6 +278,9 @@ impl<'v> Pass<'v> {
             waiting_claims: BTreeMap::new(),
             moves: 0,
             settled_at: None,
+            remembering: remembered.map(|_| waiting::Memo::new(view.generation())),
+            remembered,
+            walk_capped: std::cell::Cell::new(false),
         }
     }
 

@@ -46,9 +46,13 @@ impl<'v> Pass<'v> {
         let claims = std::mem::take(&mut self.waiting_claims);
         waiters.extend(claims.values().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
         waiters.sort();
+        // Pods the last landed pass left waiting for capacity, while nothing has loosened since (`Waiting`): they
+        // would not fit now either, so they are not tried.
+        let memo = self.remembered.flatten().filter(|_| !self.freed_any());
         let mut waiting = Vec::new();
         for (created, waiter, namespace, name) in waiters {
             let served = match waiter {
+                Waiter::Pod if memo.is_some_and(|memo| self.still_refused(memo, namespace, name)) => false,
                 Waiter::Pod => self.serve_pod(view.pod(namespace, name).expect("a gated pod is stored")),
                 Waiter::Claim => self.serve_claim(view.claim(namespace, name).expect("a waiting claim is stored")),
             };
@@ -62,7 +66,12 @@ impl<'v> Pass<'v> {
             match waiter {
                 Waiter::Pod => {
                     let pod = view.pod(namespace, name).expect("a gated pod is stored");
+                    if let Some(remembered) = memo.and_then(|memo| self.same_reason(memo, pod)) {
+                        self.remember(pod, remembered.clone());
+                        continue;
+                    }
                     let wait = self.why_pod_waits(pod);
+                    self.remember_if_capacity(pod, &wait);
                     self.record_pod_wait(pod, wait);
                 }
                 Waiter::Claim => {
@@ -102,8 +111,18 @@ impl<'v> Pass<'v> {
         Ok((vmi, members))
     }
 
+    /// The classes of the pod's set when every claim of it exists and none is bound; `None` otherwise.
+    pub(super) fn classes_of_unbound_set(&self, pod: &Pod) -> Option<Vec<&'v str>> {
+        let (_, members) = self.resolve(pod).ok()?;
+        let unbound = members.iter().all(|m| m.claim.is_some() && m.node.is_none());
+        unbound.then(|| members.iter().map(|m| m.class.name.as_str()).collect())
+    }
+
     /// Why a pod that was not placed waits, on the state after this pass's placements.
     fn why_pod_waits(&self, pod: &Pod) -> Wait {
+        // What a candidate walk leaves is this pod's, not one tried before it.
+        self.last_refusal.take();
+        self.walk_capped.set(false);
         match self.resolve(pod) {
             Err(wait) => wait,
             Ok((_, members)) => match self.place(pod, &members) {
@@ -206,12 +225,15 @@ impl<'v> Pass<'v> {
             .copied()
             .ok_or(Wait::NoClaims)?;
         let mut last_refusal = None;
+        let mut walked = 0;
         for (_, node) in self.candidates(primary, units).take(CANDIDATES_PER_PLACEMENT_MAX) {
+            walked += 1;
             match self.fits(pod, node, &need) {
                 Ok(()) => return Ok(node.to_owned()),
                 Err(unfit) => last_refusal = Some((node, unfit)),
             }
         }
+        self.walk_capped.set(walked == CANDIDATES_PER_PLACEMENT_MAX);
         self.last_refusal.replace(last_refusal.map(|(node, unfit)| format!("node {node:?}: {unfit}")));
         let summary =
             need.iter().map(|(class, (_, units))| format!("{units} × {class}")).collect::<Vec<_>>().join(" + ");

@@ -583,3 +583,51 @@ fn a_pod_change_wakes_a_pass_at_the_gate_and_when_it_has_just_ended() {
     pod.phase = PodPhase::Running;
     assert!(pod_deletion_wakes(&pod), "deleted while running: its units come free now");
 }
+
+/// One remembering pass, checked against the full scan, its writes applied and landed.
+fn remembering_pass(view: &mut View, waiting: &mut Waiting, now: Time) -> Vec<Action> {
+    let actions = reconcile_remembering(view, now, None, &Variant::SHIPPED, waiting);
+    assert_eq!(actions, reconcile(view, now), "skipping remembered waiters changes nothing");
+    apply(view, &actions, now).expect("the pass's own writes apply");
+    waiting.landed();
+    actions
+}
+
+#[test]
+fn a_waiter_for_capacity_is_skipped_until_something_loosens() {
+    let mut view = world();
+    let launcher = |vm: &str, count: u32, created: i64| {
+        let json = format!(r#"[{{"template":0,"class":"h100","count":{count}}}]"#);
+        gated_launcher("tenant-b", vm, &json, H100, u64::from(count), at(created))
+    };
+    for (vm, count, created) in [("vm-1", 8, 0), ("vm-2", 4, 1), ("vm-3", 4, 2)] {
+        view.upsert_vmi(vmi("tenant-b", vm, VmiPhase::Scheduling, None));
+        view.upsert_pod(launcher(vm, count, created));
+    }
+    let mut waiting = Waiting::default();
+    // The first pass places two and records why the third waits; the next finds it waiting as recorded.
+    remembering_pass(&mut view, &mut waiting, at(1));
+    assert_eq!(pod_reason_in(&view, "tenant-b", "virt-launcher-vm-3-abcde").as_deref(), Some("NoCapacity"));
+    assert_eq!(waiting.remembered(), 0, "its reason was written by that pass: not yet as recorded");
+    assert!(remembering_pass(&mut view, &mut waiting, at(2)).iter().all(|a| matches!(a, Action::Event { .. })));
+    assert_eq!(waiting.remembered(), 1);
+    // A new waiter takes nothing from it: the remembered one is skipped, and stays remembered.
+    view.upsert_vmi(vmi("tenant-b", "vm-4", VmiPhase::Scheduling, None));
+    view.upsert_pod(launcher("vm-4", 2, 3));
+    let generation = view.generation();
+    remembering_pass(&mut view, &mut waiting, at(3));
+    assert_eq!(view.generation(), generation, "only taken: nothing loosened");
+    assert_eq!(waiting.remembered(), 1);
+    // vm-1's run ends: its units come free, the generation moves and the pass places the waiter.
+    let pod = view.pod("tenant-b", "virt-launcher-vm-1-abcde").unwrap().clone();
+    view.upsert_pod(Pod { phase: crate::model::PodPhase::Succeeded, ..pod });
+    view.upsert_vmi(vmi("tenant-b", "vm-1", VmiPhase::Succeeded, None));
+    assert_ne!(view.generation(), generation);
+    let actions = remembering_pass(&mut view, &mut waiting, at(4));
+    let placed = |name: &str| actions.iter().any(|a| matches!(a, Action::PinAndUngate { pod, .. } if pod.name == name));
+    assert!(placed("virt-launcher-vm-3-abcde"), "{actions:#?}");
+}
+
+fn pod_reason_in(view: &View, namespace: &str, pod: &str) -> Option<String> {
+    view.pod(namespace, pod).and_then(|p| p.waiting.as_ref()).map(|r| r.reason.clone())
+}

@@ -6,6 +6,7 @@
 //! queue) in step with the objects, so no decision scans what an index can answer.
 
 mod capacity;
+mod history;
 mod name;
 mod nodes;
 mod objects;
@@ -71,6 +72,8 @@ pub struct View {
     /// objects for rules that never place — the twin's API server, whose store every change passes through once
     /// more before the controller's cache sees it. [`View::placement_index`] builds the index when asked.
     objects_only: bool,
+    /// What it remembers of its changes (ignored by `==`).
+    history: history::History,
 }
 
 impl View {
@@ -201,6 +204,19 @@ impl View {
         &self.capacity
     }
 
+    /// A number that moves whenever something changes that could let a waiting pod through or change why it waits
+    /// (capacity freed, a node, class, budget or entitlement changed); changes that only take leave it. Equal
+    /// figures at two moments: every waiter refused at the first is refused at the second, for the same reason
+    /// unless its own pod, run or namespace's bound units changed.
+    pub fn generation(&self) -> u64 {
+        self.history.generation()
+    }
+
+    /// The edition a gated pod was last stored at: moves with every store of the pod, whatever changed.
+    pub fn gated_edition(&self, namespace: &str, pod: &str) -> Option<u64> {
+        self.history.edition(namespace, pod)
+    }
+
     /// The placement index: the one kept, or on a view that keeps objects only, one built from its classes, nodes,
     /// claims and the pods occupying nodes (what a controller's informers would build from a LIST).
     pub fn placement_index(&self) -> std::borrow::Cow<'_, Capacity> {
@@ -244,6 +260,7 @@ impl View {
             return;
         }
         self.objects_only = !kept;
+        self.history.loosened();
         self.reindex_all();
     }
 
@@ -256,6 +273,9 @@ impl View {
             let placement_unchanged = old.resource_name == class.resource_name
                 && old.node_selector == class.node_selector
                 && (Arc::ptr_eq(&old.tolerations, &class.tolerations) || old.tolerations == class.tolerations);
+            if !placement_unchanged || (old.mode, old.max_count) != (class.mode, class.max_count) {
+                self.history.loosened();
+            }
             *old = class;
             if !placement_unchanged {
                 self.reindex_all();
@@ -263,11 +283,13 @@ impl View {
             return;
         }
         self.classes.insert(class.name.clone(), class);
+        self.history.loosened();
         self.reindex_all();
     }
 
     pub fn remove_class(&mut self, name: &str) -> Option<Class> {
         let class = self.classes.remove(name)?;
+        self.history.loosened();
         self.reindex_all();
         Some(class)
     }
@@ -292,6 +314,7 @@ impl View {
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
         let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
+        self.history.loosened();
         let indexed = ClaimIndexed::of(&old);
         self.count_claim(&old.namespace, &indexed, false);
         self.list_claim(&old.namespace, &old.name, &indexed, false);
@@ -305,12 +328,19 @@ impl View {
     pub fn edit_claim(&mut self, namespace: &str, name: &str, edit: impl FnOnce(&mut Claim)) -> bool {
         let Some(claim) = self.tenants.get_mut(namespace).and_then(|t| t.claims.get_mut(name)) else { return false };
         let before = ClaimIndexed::of(claim);
+        let deleting_before = claim.deleting;
         edit(claim);
+        if claim.deleting != deleting_before {
+            self.history.loosened();
+        }
         // Most edits are status and revision changes: compared borrowed, they copy nothing.
         if before.counted() == ClaimIndexed::counted_of(claim) && before.listed() == ClaimIndexed::listed_of(claim) {
             return true;
         }
         let after = ClaimIndexed::of(claim);
+        if !before.only_takes(&after) {
+            self.history.loosened();
+        }
         let (namespace, name) = (&claim.namespace.clone(), &claim.name.clone());
         if before.counted() != after.counted() {
             self.count_claim(namespace, &before, false);
@@ -408,6 +438,7 @@ impl View {
             (!self.objects_only).then(|| (Arc::clone(&pod.devices), Arc::clone(&pod.labels), is_claims_pod(pod)));
         edit(pod);
         let pod = &self.pods[namespace][name];
+        self.history.stored(&pod.namespace, &pod.name, holds_placement_gate(pod));
         let counted_inputs_same = counted_inputs.is_none_or(|(devices, labels, claims_pod)| {
             Arc::ptr_eq(&devices, &pod.devices)
                 && (Arc::ptr_eq(&labels, &pod.labels) || claims_pod == is_claims_pod(pod))
@@ -422,7 +453,12 @@ impl View {
         let counted_before = self.uncount_pod_devices(namespace, name);
         self.reindex_pod(namespace, name, &before, &after);
         self.count_pod_devices(namespace, name);
-        Some(self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices)))
+        let moved = self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices));
+        if moved && counted_before.is_some() {
+            // Devices counted for it moved or went: units may have come free.
+            self.history.loosened();
+        }
+        Some(moved)
     }
 
     /// Edits a stored VMI in place (no index reads a VMI).
@@ -479,22 +515,34 @@ impl View {
     }
 
     pub fn set_vgpu_entitled(&mut self, namespace: &str, entitled: bool) {
-        self.tenants.entry(namespace.to_owned()).or_default().vgpu_entitled = entitled;
+        let tenant = self.tenants.entry(namespace.to_owned()).or_default();
+        if tenant.vgpu_entitled != entitled {
+            tenant.vgpu_entitled = entitled;
+            self.history.loosened();
+        }
     }
 
     /// Stores one ResourceQuota's GPU budgets (class → hard units).
     pub fn upsert_quota(&mut self, namespace: &str, quota: &str, hard: BTreeMap<String, u64>) {
         let tenant = self.tenants.entry(namespace.to_owned()).or_default();
-        tenant.quotas.insert(quota.to_owned(), hard);
+        if tenant.quotas.get(quota) != Some(&hard) {
+            tenant.quotas.insert(quota.to_owned(), hard);
+            self.history.loosened();
+        }
     }
 
     pub fn remove_quota(&mut self, namespace: &str, quota: &str) {
-        if let Some(tenant) = self.tenants.get_mut(namespace) {
-            tenant.quotas.remove(quota);
+        if let Some(tenant) = self.tenants.get_mut(namespace)
+            && tenant.quotas.remove(quota).is_some()
+        {
+            self.history.loosened();
         }
     }
 
     pub fn upsert_node(&mut self, node: Node) {
+        if self.nodes.get(&node.name) != Some(&node) {
+            self.history.loosened();
+        }
         let name = node.name.clone();
         if node.ready {
             self.unavailable.remove(&name);
@@ -508,6 +556,7 @@ impl View {
     /// A node deleted (lost): its claims keep their binding until the controller moves them.
     pub fn remove_node(&mut self, name: &str) -> Option<Node> {
         let node = self.nodes.remove(name)?;
+        self.history.loosened();
         self.unavailable.insert(name.to_owned());
         self.reindex_node(name);
         Some(node)
@@ -528,6 +577,7 @@ impl View {
         let indexed = PodIndexed::of(&pod);
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         self.pods.entry(namespace.clone()).or_default().insert(name.clone(), pod);
+        self.history.stored(&namespace, &name, indexed.gated_since.is_some());
         self.index_pod(&namespace, &name, &indexed, true);
         self.count_pod_devices(&namespace, &name);
         self.counted_devices(&namespace, &name).is_some()
@@ -536,7 +586,12 @@ impl View {
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
         self.uncount_pod_devices(namespace, name);
         let old = self.pods.get_mut(namespace)?.remove(name)?;
-        self.index_pod(&old.namespace, &old.name, &PodIndexed::of(&old), false);
+        let indexed = PodIndexed::of(&old);
+        self.history.stored(&old.namespace, &old.name, false);
+        if indexed.occupied.is_some() {
+            self.history.loosened();
+        }
+        self.index_pod(&old.namespace, &old.name, &indexed, false);
         Some(old)
     }
 
@@ -591,6 +646,14 @@ impl View {
         if (&before.occupied, before.cpu_millis, before.memory_bytes)
             != (&after.occupied, after.cpu_millis, after.memory_bytes)
         {
+            // Binding where it was pinned only takes; leaving a node, moving or shrinking may free room.
+            let only_takes = before.occupied.is_none()
+                || (before.occupied == after.occupied
+                    && after.cpu_millis >= before.cpu_millis
+                    && after.memory_bytes >= before.memory_bytes);
+            if !only_takes {
+                self.history.loosened();
+            }
             self.index_node(namespace, name, before, false);
             self.index_node(namespace, name, after, true);
         }
@@ -799,6 +862,15 @@ impl ClaimIndexed {
             owner_vmi: claim.owner_vmi.as_ref().map(|vmi| vmi.name.clone()),
             pending_held: claim.node.is_none() && !claim.template && !claim.deleting,
         }
+    }
+
+    /// Whether going from this to `after` only takes: bound where it had no node, or attached where it is bound,
+    /// the same class and count. Anything else may free units or a claim a waiter needs.
+    fn only_takes(&self, after: &ClaimIndexed) -> bool {
+        let same = self.class == after.class && self.count == after.count && self.owner_vmi == after.owner_vmi;
+        let binds = self.node.is_none();
+        let attaches = self.node == after.node && self.attached_to.is_none();
+        same && (binds || attaches)
     }
 
     /// What the unit counts read.
