@@ -12,7 +12,7 @@
 //! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
 //! reconciles again, as controller-runtime requeues with backoff.
 
-use gpuclaim_engine::controller::{Action, Changes, echo_needs_pass, reconcile_changes_with, reconcile_with};
+use gpuclaim_engine::controller::{Action, Changes, Waiting, echo_needs_pass, reconcile_remembering};
 use gpuclaim_engine::model::{Time, View};
 use gpuclaim_engine::variant::Variant;
 
@@ -40,6 +40,9 @@ pub struct GpuController {
     /// echo of a deletion is not sent), and those must not bring them back. Dropped once the watch has passed the
     /// revision (it delivers in revision order).
     tombstones: BTreeMap<ObjectKey, u64>,
+    /// The waiters its last pass left waiting for capacity: skipped while nothing loosens (the engine's
+    /// `Waiting`), learnt only from passes whose writes all went through.
+    waiting: Waiting,
 }
 
 impl GpuController {
@@ -56,6 +59,7 @@ impl GpuController {
             user,
             variant: Variant::SHIPPED,
             tombstones: BTreeMap::new(),
+            waiting: Waiting::default(),
         }
     }
 
@@ -117,6 +121,7 @@ impl GpuController {
     /// when their echo would find nothing to do ([`echo_needs_pass`]: no waiter left).
     pub fn passed(&mut self) {
         self.resync = false;
+        self.waiting.landed();
         if !echo_needs_pass(&self.cache) {
             self.changes = Changes::default();
             self.dirty = false;
@@ -134,6 +139,7 @@ impl GpuController {
     /// The next pass goes over everything (a new leader's first pass).
     pub fn resync(&mut self) {
         self.resync = true;
+        self.waiting.forget();
         self.dirty = true;
     }
 
@@ -142,16 +148,15 @@ impl GpuController {
     pub fn reconcile(&mut self, now: Time) -> Vec<Action> {
         self.dirty = false;
         self.serving = std::mem::take(&mut self.changes);
-        if self.resync {
-            return reconcile_with(&self.cache, now, &self.variant);
-        }
-        reconcile_changes_with(&self.cache, now, &self.serving, &self.variant)
+        let changes = (!self.resync).then_some(&self.serving);
+        reconcile_remembering(&self.cache, now, changes, &self.variant, &mut self.waiting)
     }
 
     /// A write was refused: the pass stops there, so the keys it served go back on the queue (the writes it did
     /// not get to decided on them), with the key of the refused write.
     pub fn requeue(&mut self, action: &Action) {
         self.dirty = true;
+        self.waiting.forget();
         self.retake();
         match action {
             Action::CreateClaim { claim, .. }
