@@ -171,7 +171,7 @@ pub fn reconcile_remembering(
     variant: &Variant,
     waiting: &mut Waiting,
 ) -> Vec<Action> {
-    let memo = waiting.usable(view);
+    let memo = waiting.usable();
     let claims = match changes {
         None => view.claims().collect(),
         Some(changes) => changed_claims(view, changes),

@@ -27,7 +27,7 @@ struct Member<'v> {
 }
 
 /// Units per class a set still needs: class name → (class, units).
-type Need<'c> = BTreeMap<&'c str, (&'c Class, u64)>;
+pub(super) type Need<'c> = BTreeMap<&'c str, (&'c Class, u64)>;
 
 /// Which waiter comes next.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -48,11 +48,13 @@ impl<'v> Pass<'v> {
         waiters.sort();
         // Pods the last landed pass left waiting for capacity, while nothing has loosened since (`Waiting`): they
         // would not fit now either, so they are not tried.
-        let memo = self.remembered.flatten().filter(|_| !self.freed_any());
+        let memo = self.remembered.flatten();
+        let woken = memo.and_then(|memo| self.woken(memo));
         let mut waiting = Vec::new();
         for (created, waiter, namespace, name) in waiters {
+            let refused = |memo, woken| self.still_refused(memo, woken, namespace, name);
             let served = match waiter {
-                Waiter::Pod if memo.is_some_and(|memo| self.still_refused(memo, namespace, name)) => false,
+                Waiter::Pod if memo.zip(woken.as_ref()).is_some_and(|(m, w)| refused(m, w)) => false,
                 Waiter::Pod => self.serve_pod(view.pod(namespace, name).expect("a gated pod is stored")),
                 Waiter::Claim => self.serve_claim(view.claim(namespace, name).expect("a waiting claim is stored")),
             };
@@ -66,7 +68,9 @@ impl<'v> Pass<'v> {
             match waiter {
                 Waiter::Pod => {
                     let pod = view.pod(namespace, name).expect("a gated pod is stored");
-                    if let Some(remembered) = memo.and_then(|memo| self.same_reason(memo, pod)) {
+                    let remembered =
+                        memo.zip(woken.as_ref()).and_then(|(memo, woken)| self.same_reason(memo, woken, pod));
+                    if let Some(remembered) = remembered {
                         self.remember(pod, remembered.clone());
                         continue;
                     }
@@ -111,11 +115,18 @@ impl<'v> Pass<'v> {
         Ok((vmi, members))
     }
 
-    /// The classes of the pod's set when every claim of it exists and none is bound; `None` otherwise.
-    pub(super) fn classes_of_unbound_set(&self, pod: &Pod) -> Option<Vec<&'v str>> {
+    /// The units per class (in class name order) of the pod's set when it is all template claims of its run,
+    /// created and unbound: claims no other run can take or change; `None` otherwise.
+    pub(super) fn need_of_template_set(&self, pod: &Pod) -> Option<Need<'v>> {
         let (_, members) = self.resolve(pod).ok()?;
-        let unbound = members.iter().all(|m| m.claim.is_some() && m.node.is_none());
-        unbound.then(|| members.iter().map(|m| m.class.name.as_str()).collect())
+        if !members.iter().all(|m| m.claim.is_some_and(|c| c.template) && m.node.is_none()) {
+            return None;
+        }
+        let mut need: Need<'v> = BTreeMap::new();
+        for member in &members {
+            need.entry(member.class.name.as_str()).or_insert((member.class, 0)).1 += u64::from(member.count);
+        }
+        Some(need)
     }
 
     /// Why a pod that was not placed waits, on the state after this pass's placements.
@@ -247,14 +258,25 @@ impl<'v> Pass<'v> {
         for member in members.iter().filter(|m| m.node.is_none()) {
             need.entry(member.class.name.as_str()).or_insert((member.class, 0)).1 += u64::from(member.count);
         }
-        let entitled = self.view.tenant(&pod.namespace).is_some_and(|t| t.vgpu_entitled);
-        for (class, units) in need.values() {
-            self.check_budget(&pod.namespace, &class.name, *units, 0)?;
+        self.check_need(&pod.namespace, need.values().map(|(class, units)| (*class, *units)))?;
+        Ok(need)
+    }
+
+    /// The budget and entitlement of each class of a set's need, in class name order: the first refused is why it
+    /// waits.
+    pub(super) fn check_need<'c>(
+        &self,
+        namespace: &str,
+        need: impl Iterator<Item = (&'c Class, u64)>,
+    ) -> Result<(), Wait> {
+        let entitled = self.view.tenant(namespace).is_some_and(|t| t.vgpu_entitled);
+        for (class, units) in need {
+            self.check_budget(namespace, &class.name, units, 0)?;
             if class.mode == GpuMode::Vgpu && !entitled {
                 return Err(Wait::NotEntitled { class: class.name.clone() });
             }
         }
-        Ok(need)
+        Ok(())
     }
 
     /// Whether `node` takes the pod with `need` units: the scheduler's filters, on the state after this pass's

@@ -4,13 +4,15 @@
 //! cluster full, that is every waiter at every pass, deciding nothing new (issue 32: 1,300 waiters × 12,000 passes
 //! of a filled trace replay). So a pass remembers the pods it left waiting for capacity ([`Wait::NoCapacity`],
 //! [`Wait::NeverFits`]) whose reason is already recorded, with the view's [generation](View::generation) it
-//! started from, and the next pass skips them while that still holds:
-//! - the view's generation is the same (nothing freed units, CPU or memory, and no node, class, budget or
-//!   entitlement changed: every change since only took), and the pass itself freed nothing before serving, so a
-//!   pod that did not fit then does not fit now;
-//! - the pod is the same [edition](View::gated_edition) (not stored again since), its run is alive, and its
-//!   namespace's bound units of each budgeted class it needs are what they were, so it would wait for the same
-//!   reason and the pass would write nothing for it.
+//! started from, and the next pass skips one while both hold:
+//! - nothing that loosened since could take it: the view's journal ([`View::loosened_since`]) names the nodes where
+//!   room came free (units, CPU or memory), and with this pass's own releases, on each of them some class of the
+//!   pod's set has fewer units free than it needs; no node or class changed (that wakes every waiter), nor the
+//!   namespace's budgets, entitlement or unbound claims. Every other node is as it was or tighter, so a pod that
+//!   did not fit then does not fit now;
+//! - for its reason to stand too, on the state the pass leaves: the pod is the same [edition](View::gated_edition)
+//!   (not stored again since), its run is alive, and its namespace's bound units of each budgeted class it needs
+//!   are what they were (a budget is checked before capacity), so the pass would write nothing for it.
 //!
 //! Only what a full pass would decide is skipped, so the pass's actions are exactly a full scan's (the property
 //! `remembering_waiters_decides_what_the_full_scan_decides`). Not remembered, so tried at every pass as before: a
@@ -23,12 +25,12 @@
 //! away (pins confirmed against a newer store, then taken again), must not teach the next one. The caller says
 //! which: [`Waiting::landed`] after every write went through, [`Waiting::forget`] otherwise.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use smallvec::SmallVec;
 
 use super::reasons::Wait;
-use crate::model::{Name, Pod, View};
+use crate::model::{Loosened, Name, Pod, View};
 
 type Fixed = foldhash::fast::FixedState;
 
@@ -60,8 +62,8 @@ impl Waiting {
         self.landed.as_ref().map_or(0, |memo| memo.pods.values().map(HashMap::len).sum())
     }
 
-    pub(super) fn usable(&self, view: &View) -> Option<&Memo> {
-        self.landed.as_ref().filter(|memo| memo.generation == view.generation())
+    pub(super) fn usable(&self) -> Option<&Memo> {
+        self.landed.as_ref()
     }
 
     pub(super) fn propose(&mut self, memo: Memo) {
@@ -78,11 +80,16 @@ pub(super) struct Memo {
     pods: HashMap<Name, HashMap<Name, Remembered, Fixed>, Fixed>,
 }
 
-/// One pod left waiting for capacity.
+/// One pod left waiting for capacity, its budget or its entitlement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Remembered {
     /// The pod's edition then.
     pub(super) edition: u64,
+    /// Units per class its set needs, in class name order.
+    pub(super) need: SmallVec<[(Name, u64); 1]>,
+    /// Why it waits when that is its budget or entitlement (read again directly: no journal needed); `None` for
+    /// capacity.
+    pub(super) refused: Option<Wait>,
     /// The namespace's bound units then, of each class the pod needs that has a budget there (a budget check comes
     /// before capacity: bound units grown by other pods' placements could make it wait for its budget instead).
     pub(super) bound: SmallVec<[(Name, u64); 1]>,
@@ -102,32 +109,89 @@ impl Memo {
     }
 }
 
+/// What loosened since the remembered pass, as the remembered waiters read it: the nodes where room came free and
+/// the most units of each class free on one of them now, and the namespaces whose budgets, entitlement or claims
+/// changed.
+pub(super) struct Woken<'a> {
+    max_free: BTreeMap<&'a str, u64>,
+    namespaces: BTreeSet<&'a str>,
+}
+
 impl<'v> super::Pass<'v> {
-    /// Whether this pass freed anything before serving (a release, a deletion, a run that moved): then what did not
-    /// fit before may fit now.
-    pub(super) fn freed_any(&self) -> bool {
-        self.units.values().flat_map(|by_node| by_node.values()).any(|units| *units > 0)
-            || self.bound.values().flat_map(|by_class| by_class.values()).any(|units| *units < 0)
+    /// What loosened since `memo`'s pass, in the view and in this pass before serving (its releases); `None` when
+    /// anything may have (a node or class changed, or the view does not remember that far back).
+    pub(super) fn woken(&self, memo: &Memo) -> Option<Woken<'v>> {
+        let view: &'v View = self.view;
+        let mut nodes: BTreeSet<&str> = BTreeSet::new();
+        let mut namespaces = BTreeSet::new();
+        for loosened in view.loosened_since(memo.generation)? {
+            match loosened {
+                Loosened::Node(node) => {
+                    nodes.insert(node.as_str());
+                }
+                Loosened::Namespace(namespace) => {
+                    namespaces.insert(namespace.as_str());
+                }
+                Loosened::Everything => return None,
+            }
+        }
+        let freed_here = self.units.values().flat_map(|by_node| by_node.iter()).filter(|(_, units)| **units > 0);
+        let freed_here: Vec<&str> = freed_here.map(|(node, _)| node.as_str()).collect();
+        let max_free = view
+            .classes()
+            .map(|class| {
+                let free = nodes.iter().copied().chain(freed_here.iter().copied()).map(|n| self.free(class, n));
+                (class.name.as_str(), free.map(|units| units.unwrap_or(0)).max().unwrap_or(0))
+            })
+            .collect();
+        Some(Woken { max_free, namespaces })
     }
 
-    /// Whether the memo holds this pod as it is now: refused then, so refused now (nothing loosened since).
-    pub(super) fn still_refused(&self, memo: &Memo, namespace: &str, pod: &str) -> bool {
-        memo.get(namespace, pod).is_some_and(|r| Some(r.edition) == self.view.gated_edition(namespace, pod))
+    /// Whether the memo holds this pod as it is now, and nothing that loosened could take it: refused then, so
+    /// refused now. Room that came free is on nodes with fewer units of one of its classes than it needs.
+    pub(super) fn still_refused(&self, memo: &Memo, woken: &Woken<'_>, namespace: &str, pod: &str) -> bool {
+        let Some(remembered) = memo.get(namespace, pod) else { return false };
+        if Some(remembered.edition) != self.view.gated_edition(namespace, pod) {
+            return false;
+        }
+        if remembered.refused.is_some() {
+            // Its budget or entitlement, read now: refused still, so refused whatever capacity does.
+            return self.need_refused(namespace, remembered).is_some_and(|wait| wait.is_err());
+        }
+        !woken.namespaces.contains(namespace)
+            && remembered
+                .need
+                .iter()
+                .any(|(class, units)| woken.max_free.get(class.as_str()).copied().unwrap_or(0) < *units)
     }
 
     /// What the memo holds of `pod` when it would wait for the reason it has recorded, on the state this pass
-    /// leaves: the same pod, its run alive, its namespace's bound units of its budgeted classes unchanged.
-    pub(super) fn same_reason<'m>(&self, memo: &'m Memo, pod: &Pod) -> Option<&'m Remembered> {
-        let remembered = memo.get(&pod.namespace, &pod.name)?;
-        if Some(remembered.edition) != self.view.gated_edition(&pod.namespace, &pod.name) {
+    /// leaves: refused still, its run alive, its namespace's bound units of its budgeted classes unchanged.
+    pub(super) fn same_reason<'m>(&self, memo: &'m Memo, woken: &Woken<'_>, pod: &Pod) -> Option<&'m Remembered> {
+        if !self.still_refused(memo, woken, &pod.namespace, &pod.name) {
             return None;
         }
+        let remembered = memo.get(&pod.namespace, &pod.name)?;
         if !pod.owner_vmi.as_ref().is_some_and(|vmi| self.run_alive(&pod.namespace, vmi)) {
             return None;
+        }
+        if let Some(refused) = &remembered.refused {
+            let same =
+                self.need_refused(&pod.namespace, remembered).is_some_and(|wait| wait.as_ref().err() == Some(refused));
+            return same.then_some(remembered);
         }
         let bound_same =
             remembered.bound.iter().all(|(class, units)| self.bound_units(&pod.namespace, class) == *units);
         bound_same.then_some(remembered)
+    }
+
+    /// The budget and entitlement check of a remembered need, now; `None` when one of its classes is gone.
+    fn need_refused(&self, namespace: &str, remembered: &Remembered) -> Option<Result<(), Wait>> {
+        let mut classes = Vec::with_capacity(remembered.need.len());
+        for (name, units) in &remembered.need {
+            classes.push((self.view.class(name)?, *units));
+        }
+        Some(self.check_need(namespace, classes.into_iter()))
     }
 
     pub(super) fn remember(&mut self, pod: &Pod, remembered: Remembered) {
@@ -140,25 +204,25 @@ impl<'v> super::Pass<'v> {
     /// the reason already recorded (no write), its walk was not cut short, and its whole set exists unbound (a
     /// claim bound somewhere or still to be created is an object of its own that changes on its own).
     pub(super) fn remember_if_capacity(&mut self, pod: &Pod, wait: &Wait) {
-        if self.remembering.is_none() || self.walk_capped.get() {
+        // A walk cut short is only for capacity; a budget refusal walks nothing (the flag is the last walk's).
+        let capacity = matches!(wait, Wait::NoCapacity { .. } | Wait::NeverFits { .. });
+        if self.remembering.is_none() || (capacity && self.walk_capped.get()) {
             return;
         }
-        if !matches!(wait, Wait::NoCapacity { .. } | Wait::NeverFits { .. }) {
-            return;
-        }
+        let refused = match wait {
+            Wait::NoCapacity { .. } | Wait::NeverFits { .. } => None,
+            Wait::BudgetExceeded { .. } | Wait::NotEntitled { .. } => Some(wait.clone()),
+            _ => return,
+        };
         if pod.waiting.as_ref() != Some(&wait.to_reason()) {
             return;
         }
         let Some(edition) = self.view.gated_edition(&pod.namespace, &pod.name) else { return };
-        let Some(classes) = self.classes_of_unbound_set(pod) else { return };
+        let Some(need) = self.need_of_template_set(pod) else { return };
         let tenant = self.view.tenant(&pod.namespace);
-        let mut bound: SmallVec<[(Name, u64); 1]> = SmallVec::new();
-        for class in classes {
-            let budgeted = tenant.and_then(|t| t.budget(class)).is_some();
-            if budgeted && !bound.iter().any(|(c, _)| c.as_str() == class) {
-                bound.push((Name::from(class), self.bound_units(&pod.namespace, class)));
-            }
-        }
-        self.remember(pod, Remembered { edition, bound });
+        let budgeted = need.keys().filter(|class| tenant.and_then(|t| t.budget(class)).is_some());
+        let bound = budgeted.map(|class| (Name::from(*class), self.bound_units(&pod.namespace, class))).collect();
+        let need = need.iter().map(|(class, (_, units))| (Name::from(*class), *units)).collect();
+        self.remember(pod, Remembered { edition, need, bound, refused });
     }
 }

@@ -1,23 +1,39 @@
 //! What a view remembers of its own changes, for a controller that skips waiters nothing has changed for
 //! (`controller::Waiting`): a generation that moves whenever something happens that could let a waiter through,
-//! and an edition per gated pod that moves whenever the pod is stored again.
+//! a journal of the latest such changes (which node or namespace loosened), and an edition per gated pod that
+//! moves whenever the pod is stored again.
 //!
 //! Bookkeeping about the view's history, not its contents: two views holding the same objects are equal whatever
 //! their histories (`PartialEq` ignores it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::Name;
 
 type Fixed = foldhash::fast::FixedState;
 
+/// What loosened: where a waiter refused before might now get through, or wait for another reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loosened {
+    /// Room came free on this node (units, CPU or memory).
+    Node(Name),
+    /// A namespace's budgets, entitlement or unbound claims changed.
+    Namespace(Name),
+    /// Something every waiter reads changed: a node itself, a class, the index rebuilt.
+    Everything,
+}
+
+/// The most changes the journal keeps: a controller further behind than this tries every waiter.
+const JOURNAL_MAX: usize = 4_096;
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct History {
-    /// Moves on every change that could let a waiting pod through or change why it waits: capacity freed on a node
-    /// (a claim released, unbound, moved or deleted; a pod that occupied a node gone, ended, moved or shrunk), a
-    /// node, class, budget or entitlement changed. A change that only takes (a claim bound, a pod bound where it was
-    /// pinned) or adds a waiter leaves it.
+    /// How many changes loosened anything, ever: the generation. Moves on every change that could let a waiting pod
+    /// through or change why it waits; a change that only takes (a claim bound, a pod bound where it was pinned) or
+    /// adds a waiter leaves it.
     generation: u64,
+    /// The latest of those changes, the last at `generation`.
+    journal: VecDeque<Loosened>,
     editions: u64,
     /// namespace → gated pod → the edition it was last stored at.
     gated: HashMap<Name, HashMap<Name, u64, Fixed>, Fixed>,
@@ -35,8 +51,18 @@ impl History {
     }
 
     /// Something happened that could let a waiter through.
-    pub(super) fn loosened(&mut self) {
+    pub(super) fn loosened(&mut self, what: Loosened) {
         self.generation += 1;
+        if self.journal.len() == JOURNAL_MAX {
+            self.journal.pop_front();
+        }
+        self.journal.push_back(what);
+    }
+
+    /// What loosened since `generation`, oldest first; `None` when the journal no longer reaches back that far.
+    pub(super) fn since(&self, generation: u64) -> Option<impl Iterator<Item = &Loosened>> {
+        let behind = usize::try_from(self.generation.checked_sub(generation)?).ok()?;
+        (behind <= self.journal.len()).then(|| self.journal.iter().skip(self.journal.len() - behind))
     }
 
     pub(super) fn edition(&self, namespace: &str, pod: &str) -> Option<u64> {

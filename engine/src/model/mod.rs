@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 pub use capacity::{Capacity, NodeLoad};
+pub use history::Loosened;
 pub use name::Name;
 pub use objects::*;
 pub use tenant::Tenant;
@@ -217,6 +218,12 @@ impl View {
         self.history.edition(namespace, pod)
     }
 
+    /// What loosened since `generation`, oldest first; `None` when the view no longer remembers that far back
+    /// (then anything may have).
+    pub fn loosened_since(&self, generation: u64) -> Option<impl Iterator<Item = &Loosened>> {
+        self.history.since(generation)
+    }
+
     /// The placement index: the one kept, or on a view that keeps objects only, one built from its classes, nodes,
     /// claims and the pods occupying nodes (what a controller's informers would build from a LIST).
     pub fn placement_index(&self) -> std::borrow::Cow<'_, Capacity> {
@@ -260,7 +267,7 @@ impl View {
             return;
         }
         self.objects_only = !kept;
-        self.history.loosened();
+        self.history.loosened(Loosened::Everything);
         self.reindex_all();
     }
 
@@ -274,7 +281,7 @@ impl View {
                 && old.node_selector == class.node_selector
                 && (Arc::ptr_eq(&old.tolerations, &class.tolerations) || old.tolerations == class.tolerations);
             if !placement_unchanged || (old.mode, old.max_count) != (class.mode, class.max_count) {
-                self.history.loosened();
+                self.history.loosened(Loosened::Everything);
             }
             *old = class;
             if !placement_unchanged {
@@ -283,13 +290,13 @@ impl View {
             return;
         }
         self.classes.insert(class.name.clone(), class);
-        self.history.loosened();
+        self.history.loosened(Loosened::Everything);
         self.reindex_all();
     }
 
     pub fn remove_class(&mut self, name: &str) -> Option<Class> {
         let class = self.classes.remove(name)?;
-        self.history.loosened();
+        self.history.loosened(Loosened::Everything);
         self.reindex_all();
         Some(class)
     }
@@ -314,7 +321,10 @@ impl View {
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
         let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
-        self.history.loosened();
+        self.history.loosened(match &old.node {
+            Some(node) => Loosened::Node(node.clone()),
+            None => Loosened::Namespace(old.namespace.clone()),
+        });
         let indexed = ClaimIndexed::of(&old);
         self.count_claim(&old.namespace, &indexed, false);
         self.list_claim(&old.namespace, &old.name, &indexed, false);
@@ -331,7 +341,7 @@ impl View {
         let deleting_before = claim.deleting;
         edit(claim);
         if claim.deleting != deleting_before {
-            self.history.loosened();
+            self.history.loosened(Loosened::Namespace(claim.namespace.clone()));
         }
         // Most edits are status and revision changes: compared borrowed, they copy nothing.
         if before.counted() == ClaimIndexed::counted_of(claim) && before.listed() == ClaimIndexed::listed_of(claim) {
@@ -339,7 +349,10 @@ impl View {
         }
         let after = ClaimIndexed::of(claim);
         if !before.only_takes(&after) {
-            self.history.loosened();
+            self.history.loosened(match &before.node {
+                Some(node) => Loosened::Node(node.clone()),
+                None => Loosened::Namespace(claim.namespace.clone()),
+            });
         }
         let (namespace, name) = (&claim.namespace.clone(), &claim.name.clone());
         if before.counted() != after.counted() {
@@ -453,10 +466,11 @@ impl View {
         let counted_before = self.uncount_pod_devices(namespace, name);
         self.reindex_pod(namespace, name, &before, &after);
         self.count_pod_devices(namespace, name);
-        let moved = self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices));
-        if moved && counted_before.is_some() {
-            // Devices counted for it moved or went: units may have come free.
-            self.history.loosened();
+        let moved =
+            self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices));
+        if let (true, Some((node, _))) = (moved, &counted_before) {
+            // Devices counted for it moved or went: units may have come free there.
+            self.history.loosened(Loosened::Node(node.clone()));
         }
         Some(moved)
     }
@@ -518,7 +532,7 @@ impl View {
         let tenant = self.tenants.entry(namespace.to_owned()).or_default();
         if tenant.vgpu_entitled != entitled {
             tenant.vgpu_entitled = entitled;
-            self.history.loosened();
+            self.history.loosened(Loosened::Namespace(namespace.into()));
         }
     }
 
@@ -527,7 +541,7 @@ impl View {
         let tenant = self.tenants.entry(namespace.to_owned()).or_default();
         if tenant.quotas.get(quota) != Some(&hard) {
             tenant.quotas.insert(quota.to_owned(), hard);
-            self.history.loosened();
+            self.history.loosened(Loosened::Namespace(namespace.into()));
         }
     }
 
@@ -535,13 +549,13 @@ impl View {
         if let Some(tenant) = self.tenants.get_mut(namespace)
             && tenant.quotas.remove(quota).is_some()
         {
-            self.history.loosened();
+            self.history.loosened(Loosened::Namespace(namespace.into()));
         }
     }
 
     pub fn upsert_node(&mut self, node: Node) {
         if self.nodes.get(&node.name) != Some(&node) {
-            self.history.loosened();
+            self.history.loosened(Loosened::Everything);
         }
         let name = node.name.clone();
         if node.ready {
@@ -556,7 +570,7 @@ impl View {
     /// A node deleted (lost): its claims keep their binding until the controller moves them.
     pub fn remove_node(&mut self, name: &str) -> Option<Node> {
         let node = self.nodes.remove(name)?;
-        self.history.loosened();
+        self.history.loosened(Loosened::Everything);
         self.unavailable.insert(name.to_owned());
         self.reindex_node(name);
         Some(node)
@@ -588,8 +602,8 @@ impl View {
         let old = self.pods.get_mut(namespace)?.remove(name)?;
         let indexed = PodIndexed::of(&old);
         self.history.stored(&old.namespace, &old.name, false);
-        if indexed.occupied.is_some() {
-            self.history.loosened();
+        if let Some(node) = &indexed.occupied {
+            self.history.loosened(Loosened::Node(node.clone()));
         }
         self.index_pod(&old.namespace, &old.name, &indexed, false);
         Some(old)
@@ -647,12 +661,11 @@ impl View {
             != (&after.occupied, after.cpu_millis, after.memory_bytes)
         {
             // Binding where it was pinned only takes; leaving a node, moving or shrinking may free room.
-            let only_takes = before.occupied.is_none()
-                || (before.occupied == after.occupied
-                    && after.cpu_millis >= before.cpu_millis
-                    && after.memory_bytes >= before.memory_bytes);
-            if !only_takes {
-                self.history.loosened();
+            let grows_in_place = before.occupied == after.occupied
+                && after.cpu_millis >= before.cpu_millis
+                && after.memory_bytes >= before.memory_bytes;
+            if let Some(node) = before.occupied.as_ref().filter(|_| !grows_in_place) {
+                self.history.loosened(Loosened::Node(node.clone()));
             }
             self.index_node(namespace, name, before, false);
             self.index_node(namespace, name, after, true);
