@@ -11,8 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuclaim_engine::controller::{self, Action, ObjectRef, PinConfirmation};
+use gpuclaim_engine::controller::{self, Action, ObjectRef, PinConfirmation, Waiting};
 use gpuclaim_engine::model::Time;
+use gpuclaim_engine::variant::Variant;
 use tokio::sync::watch;
 
 use crate::cache::Caches;
@@ -52,11 +53,14 @@ pub struct Reconciler {
     full: bool,
     /// Consecutive failed passes, for the backoff.
     failures: u32,
+    /// The waiters the last pass whose writes all landed left waiting: skipped while nothing loosens for them (the
+    /// engine's `Waiting`; forgotten after any failure, as the twin's controller does).
+    waiting: Waiting,
 }
 
 impl Reconciler {
     pub fn new(caches: Arc<Caches>, writer: Writer, metrics: Arc<Metrics>, leading: watch::Receiver<bool>) -> Self {
-        Reconciler { caches, writer, metrics, leading, full: true, failures: 0 }
+        Reconciler { caches, writer, metrics, leading, full: true, failures: 0, waiting: Waiting::default() }
     }
 
     /// Reconciles while leading until `shutdown` completes. Waits for every cache to sync first: a pass on a view
@@ -71,7 +75,7 @@ impl Reconciler {
         let mut last_full = Instant::now();
         loop {
             if !*self.leading.borrow() {
-                self.full = true;
+                self.start_over();
                 tokio::select! {
                     _ = self.leading.wait_for(|leading| *leading) => {}
                     () = &mut shutdown => return,
@@ -79,7 +83,7 @@ impl Reconciler {
                 tracing::info!("leading: reconciling");
             }
             if last_full.elapsed() >= RESYNC_INTERVAL {
-                self.full = true;
+                self.start_over();
             }
             if self.full {
                 last_full = Instant::now();
@@ -118,7 +122,10 @@ impl Reconciler {
     /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
     /// again, in full, on the refreshed view (nothing of the first decision was written); [`PinConfirmation`] says
     /// which nodes each round reads.
-    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WriteError> {
+    /// The pass taken again decides over everything without what the first one remembered; its own memory is not
+    /// kept either (the caller forgets when the actions come back from a retake: `true`).
+    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<(Vec<Action>, bool), WriteError> {
+        let mut retaken = false;
         let mut confirmation = PinConfirmation::default();
         loop {
             let nodes = confirmation.next_round(&actions);
@@ -142,8 +149,15 @@ impl Reconciler {
                 source,
             })?;
             actions = controller::reconcile(&view, now);
+            retaken = true;
         }
-        Ok(actions)
+        Ok((actions, retaken))
+    }
+
+    /// The next pass covers everything and tries every waiter.
+    fn start_over(&mut self) {
+        self.full = true;
+        self.waiting.forget();
     }
 
     /// One pass: decide on the view, write, and apply the error policy.
@@ -156,17 +170,19 @@ impl Reconciler {
                 Ok(view) => view,
                 Err(poisoned) => return PassOutcome::Broken(poisoned),
             };
-            if self.full {
-                controller::reconcile(&view, now)
-            } else {
-                controller::reconcile_changes(&view, now, &changes)
-            }
+            let changes = (!self.full).then_some(&changes);
+            controller::reconcile_remembering(&view, now, changes, &Variant::SHIPPED, &mut self.waiting)
         };
         let actions = match self.confirm_pins(actions, now).await {
-            Ok(actions) => actions,
+            Ok((actions, retaken)) => {
+                if retaken {
+                    self.waiting.forget();
+                }
+                actions
+            }
             Err(WriteError::View { source, .. }) => return PassOutcome::Broken(source),
             Err(error) => {
-                self.full = true;
+                self.start_over();
                 self.failures = self.failures.saturating_add(1);
                 return PassOutcome::Failed { error, retry_after: backoff(self.failures) };
             }
@@ -181,15 +197,16 @@ impl Reconciler {
             Ok(written) if written == actions.len() => {
                 self.full = false;
                 self.failures = 0;
+                self.waiting.landed();
                 PassOutcome::Done { written }
             }
             Ok(written) => {
-                self.full = true;
+                self.start_over();
                 PassOutcome::NotLeading { written }
             }
             Err(WriteError::View { source, .. }) => PassOutcome::Broken(source),
             Err(error) => {
-                self.full = true;
+                self.start_over();
                 self.failures = self.failures.saturating_add(1);
                 if let WriteError::Stale { kind, object, .. } = &error {
                     if let Err(refresh) = self.writer.refresh(*kind, object).await {
