@@ -201,3 +201,75 @@ proptest! {
         }
     }
 }
+
+/// One `gpus` entry of a VM chart's values: every kind, and the malformed and broken shapes a tenant may write.
+fn arb_values_entry() -> impl Strategy<Value = Value> {
+    let count = prop_oneof![
+        (0i64..4).prop_map(Value::from),
+        Just(json!(-1)),
+        Just(json!(2.0)),
+        Just(json!(1.5)),
+        Just(json!("2")),
+        Just(json!(4294967296u64))
+    ];
+    prop_oneof![
+        prop::sample::select(vec!["nvidia.com/GA102GL_A10", ""]).prop_map(|name| json!({"name": name})),
+        prop::sample::select(vec!["train-a", ""]).prop_map(|claim| json!({"claim": claim})),
+        (prop::sample::select(&CLASSES[..]), count)
+            .prop_map(|(class, count)| { json!({"claimTemplate": {"class": class, "count": count}}) }),
+        Just(json!({})),
+        Just(json!({"name": "nvidia.com/GA102GL_A10", "claim": "train-a"})),
+        Just(json!({"claim": 7})),
+        Just(json!({"claim": "train-a", "node": "n"})),
+        Just(json!("h100")),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The chart's values render as their entries do; a render's annotation reads back as those entries; a refusal
+    /// names an entry of the list (or the field whose shape is wrong).
+    #[test]
+    fn the_vm_render_of_values_agrees_with_the_render_of_their_entries(
+        entries in prop::collection::vec(arb_values_entry(), 0..5),
+        switch in prop::sample::select(vec![None, Some("true"), Some("false")]),
+    ) {
+        use gpuclaim_engine::rules::{RenderRefusal, VmRender, read_values, render_values, render_vm};
+        let mut values = json!({"gpus": entries});
+        if let Some(switch) = switch {
+            values["_cluster"] = json!({"gpu-claims-enabled": switch});
+        }
+        let rendered = render_values(&values);
+        match read_values(&values) {
+            Ok(read) => {
+                prop_assert_eq!(&rendered, &render_vm(&read.gpus, read.claims_enabled));
+                if let Ok(VmRender::References { annotation }) = &rendered {
+                    prop_assert_eq!(&gpuclaim_engine::references::parse_entries(annotation).unwrap(), &read.gpus);
+                }
+            }
+            Err(refusal) => prop_assert_eq!(&rendered, &Err(refusal)),
+        }
+        if let Err(refusal) = rendered {
+            let index = match &refusal {
+                RenderRefusal::Malformed { field, .. } => {
+                    prop_assert!(field.starts_with("gpus") || field.starts_with("_cluster"), "{}", field);
+                    None
+                }
+                RenderRefusal::NotOneKind { index, .. }
+                | RenderRefusal::EmptyField { index, .. }
+                | RenderRefusal::CountNotPositive { index }
+                | RenderRefusal::ClaimsDisabled { index } => Some(*index),
+                RenderRefusal::MixedList { raw, reference } => {
+                    prop_assert!(*reference < entries.len());
+                    Some(*raw)
+                }
+            };
+            if let Some(index) = index {
+                prop_assert!(index < entries.len());
+                let named = format!("gpus[{index}]");
+                prop_assert!(refusal.to_string().starts_with(&named), "{}", refusal);
+            }
+        }
+    }
+}

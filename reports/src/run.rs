@@ -104,7 +104,7 @@ impl StartWatch {
             .vms
             .iter()
             .filter(|vm| {
-                vm.gpus.iter().any(|entry| match entry {
+                vm.gpu_entries().iter().any(|entry| match entry {
                     GpuEntry::ClaimTemplate(template) => classes.contains(&template.class),
                     GpuEntry::Claim(claim) => held_class(&vm.tenant, claim).is_some_and(|c| classes.contains(&c)),
                     GpuEntry::Name(_) => false,

@@ -22,6 +22,7 @@ use gpuclaim_engine::message::readable;
 use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Published, View};
 use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
+use gpuclaim_engine::rules::{Refusal, RenderRefusal, read_values, render_vm};
 use gpuclaim_engine::variant::Variant;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use rand::RngExt;
@@ -387,16 +388,24 @@ fn two() -> u32 {
     2
 }
 
-/// One VM created at a given time.
+/// One VM created at a given time: either `gpus`, `cpu` and `memory`, or `chart`, the VM chart's values as the
+/// tenant writes them.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimedVm {
     pub at: Duration,
     pub tenant: String,
+    /// The VM's name (with `chart`, the release's: the chart names the VM after it).
     pub name: String,
-    pub gpus: Vec<GpuEntry>,
-    pub cpu: String,
-    pub memory: String,
+    #[serde(default)]
+    pub gpus: Option<Vec<GpuEntry>>,
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    /// The VM as `charts/virtual-machine` renders it from these values.
+    #[serde(default)]
+    pub chart: Option<ChartValues>,
     /// How long it runs once Running.
     #[serde(default)]
     pub lifetime: Option<Duration>,
@@ -406,6 +415,105 @@ pub struct TimedVm {
     /// Its disk is a DataVolume on local storage with `volumeBindingMode: WaitForFirstConsumer`.
     #[serde(default)]
     pub wffc_volume: bool,
+}
+
+impl TimedVm {
+    /// Its `gpus` entries, given plainly or in its chart values (none where those do not read: such a scenario does
+    /// not build).
+    pub fn gpu_entries(&self) -> Vec<GpuEntry> {
+        match (&self.gpus, &self.chart) {
+            (Some(gpus), _) => gpus.clone(),
+            (None, Some(chart)) => {
+                let values = serde_json::json!({ "gpus": chart.gpus });
+                read_values(&values).map(|read| read.gpus).unwrap_or_default()
+            }
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+/// A tenant's values for the VM chart (`charts/virtual-machine`, its `values.yaml` says what each does). The twin
+/// renders them with the engine's VM render, never with helm (the shared table of render cases holds the two to the
+/// same answers), so a refusal is the chart's, word for word, and a refused render builds no scenario, as `helm
+/// template` installs nothing. The VM is sized by `resources` (the twin does not model instance types); disks are
+/// not modelled (`wffcVolume` on the VM says how its disk binds); `_cluster` is the platform's, taken from
+/// `cluster.claimsEnabled`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartValues {
+    #[serde(default)]
+    pub instance_type: Option<String>,
+    #[serde(default)]
+    pub instance_preference: Option<String>,
+    #[serde(default)]
+    pub resources: Option<ChartResources>,
+    #[serde(default)]
+    pub run_strategy: Option<String>,
+    #[serde(default)]
+    pub container_disk: Option<serde_json::Value>,
+    #[serde(default)]
+    pub disks: Option<serde_json::Value>,
+    /// As the chart takes it (read by `gpuclaim_engine::rules::read_values`, shapes and rules alike).
+    #[serde(default)]
+    pub gpus: serde_json::Value,
+    #[serde(default, rename = "_cluster")]
+    pub cluster: Option<serde_json::Value>,
+    #[serde(default, rename = "_namespace")]
+    pub namespace: Option<serde_json::Value>,
+}
+
+/// The chart's `resources`: whole cores and a memory quantity.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartResources {
+    #[serde(default)]
+    pub cpu: Option<serde_json::Value>,
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+impl ChartValues {
+    /// The VM these values render (`field`: where they are in the file, for errors).
+    fn vm_spec(&self, tenant: &str, name: &str, claims_enabled: bool, field: &str) -> Result<VmSpec, ScenarioError> {
+        if self.cluster.is_some() || self.namespace.is_some() {
+            let key = if self.cluster.is_some() { keys::CLUSTER_VALUES } else { "_namespace" };
+            let reason = "is the platform's, not the tenant's; the twin takes it from cluster.claimsEnabled";
+            return Err(invalid(format!("{field}.{key}"), reason));
+        }
+        if let Some(strategy) = self.run_strategy.as_deref().filter(|s| *s != "Always") {
+            return Err(invalid(
+                format!("{field}.runStrategy"),
+                format!("the twin runs VMs Always; {strategy:?} is not modelled"),
+            ));
+        }
+        let resources = self.resources.as_ref();
+        let (Some(cpu), Some(memory)) =
+            (resources.and_then(|r| r.cpu.as_ref()), resources.and_then(|r| r.memory.as_ref()))
+        else {
+            return Err(invalid(
+                format!("{field}.resources"),
+                "give cpu and memory: the twin sizes a chart VM by them (it does not model instance types)",
+            ));
+        };
+        let cores = match cpu {
+            serde_json::Value::Number(n) if n.as_u64().is_some_and(|n| n > 0) => n.to_string(),
+            serde_json::Value::String(s) if !s.starts_with('0') && s.parse::<u64>().is_ok() => s.clone(),
+            _ => {
+                return Err(invalid(format!("{field}.resources.cpu"), format!("{cpu} is not a whole number of cores")));
+            }
+        };
+        let mut values = serde_json::Map::new();
+        values.insert("gpus".to_owned(), self.gpus.clone());
+        let switch = if claims_enabled { keys::TRUE } else { "false" };
+        values.insert(keys::CLUSTER_VALUES.to_owned(), serde_json::json!({ keys::CLUSTER_SWITCH: switch }));
+        let refused = |refusal: RenderRefusal| {
+            let reason = format!("the VM chart refuses it ({}): {refusal}", Refusal::reason(&refusal));
+            invalid(field, reason)
+        };
+        let read = read_values(&serde_json::Value::Object(values)).map_err(refused)?;
+        render_vm(&read.gpus, read.claims_enabled).map_err(refused)?;
+        vm_spec(tenant, name, &read.gpus, &cores, memory, &format!("{field}.resources"))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -539,7 +647,7 @@ impl Scenario {
             world.add_workload(generator)?;
         }
         for (index, vm) in self.vms.iter().enumerate() {
-            let mut spec = vm_spec(&vm.tenant, &vm.name, &vm.gpus, &vm.cpu, &vm.memory, &format!("vms[{index}]"))?;
+            let mut spec = self.timed_vm_spec(vm, &format!("vms[{index}]"))?;
             spec.lifetime = vm.lifetime.map(|d| d.0);
             spec.wffc_volume = vm.wffc_volume;
             if let Some(stop_at) = &vm.stop_at {
@@ -636,6 +744,23 @@ impl Scenario {
             world.schedule_at(timed.at.0, event)?;
         }
         Ok(world)
+    }
+
+    /// A timed VM's spec: from its chart values, or from `gpus`, `cpu` and `memory`.
+    fn timed_vm_spec(&self, vm: &TimedVm, field: &str) -> Result<VmSpec, ScenarioError> {
+        if let Some(chart) = &vm.chart {
+            let plain = [("gpus", vm.gpus.is_some()), ("cpu", vm.cpu.is_some()), ("memory", vm.memory.is_some())];
+            if let Some((key, _)) = plain.iter().find(|(_, given)| *given) {
+                return Err(invalid(format!("{field}.{key}"), "give it in chart (the chart's values) or drop chart"));
+            }
+            return chart.vm_spec(&vm.tenant, &vm.name, self.cluster.claims_enabled, &format!("{field}.chart"));
+        }
+        let required = |key: &str, value: &Option<String>| {
+            value.clone().ok_or_else(|| invalid(format!("{field}.{key}"), "required (or give chart)"))
+        };
+        let (cpu, memory) = (required("cpu", &vm.cpu)?, required("memory", &vm.memory)?);
+        let gpus = vm.gpus.as_ref().ok_or_else(|| invalid(format!("{field}.gpus"), "required (or give chart)"))?;
+        vm_spec(&vm.tenant, &vm.name, gpus, &cpu, &memory, field)
     }
 
     fn store(&self) -> Result<View, ScenarioError> {
@@ -833,6 +958,90 @@ mod tests {
         let error = refusal(&format!("{SMALL}controller: {{replicas: 4294967295}}\n"));
         assert_eq!(error.as_deref(), Some("field controller.replicas: more than 100"));
         assert_eq!(refusal(&format!("{SMALL}controller: {{replicas: 100}}\n")), None);
+    }
+
+    /// SMALL with one VM `{at: 0s, tenant: t, name: vm, <vm>}` and `extra` lines of the cluster.
+    fn with_vm(vm: &str, extra: &str) -> Option<String> {
+        refusal(&format!("{SMALL}{extra}vms:\n- {{at: 0s, tenant: t, name: vm, {vm}}}\n"))
+    }
+
+    #[test]
+    fn a_vm_from_chart_values_builds_as_the_same_vm_written_plainly() {
+        let chart = "chart: {resources: {cpu: 4, memory: 16Gi}, gpus: [{claimTemplate: {class: h100, count: 2}}]}";
+        let plain = "cpu: '4', memory: 16Gi, gpus: [{claimTemplate: {class: h100, count: 2}}]";
+        let spec = |vm: &str| {
+            let scenario = parse_scenario(&format!("{SMALL}vms:\n- {{at: 0s, tenant: t, name: vm, {vm}}}\n")).unwrap();
+            let spec = scenario.timed_vm_spec(&scenario.vms[0], "vms[0]").unwrap();
+            (spec.gpus, spec.cpu_millis, spec.memory_bytes, scenario.vms[0].gpu_entries())
+        };
+        assert_eq!(spec(chart), spec(plain));
+        assert_eq!(spec(chart).1, 4_000);
+    }
+
+    #[test]
+    fn a_chart_vm_the_chart_refuses_builds_no_scenario_and_says_why_as_the_chart_does() {
+        let mixed = "chart: {resources: {cpu: 1, memory: 1Gi}, gpus: [{name: nvidia.com/H100}, {claim: a}]}";
+        assert_eq!(
+            with_vm(mixed, "").as_deref(),
+            Some(
+                "field vms[0].chart: the VM chart refuses it (MixedList): gpus[0] is a raw device name and gpus[1] a \
+                 claim reference; list raw names or references, not both"
+            )
+        );
+        let held = "chart: {resources: {cpu: 1, memory: 1Gi}, gpus: [{claim: a}]}";
+        assert_eq!(with_vm(held, ""), None);
+        let off = with_vm(held, "  claimsEnabled: false\n").unwrap();
+        assert!(
+            off.starts_with("field vms[0].chart: the VM chart refuses it (ClaimsDisabled): gpus[0] is a claim"),
+            "{off}"
+        );
+        let two = "chart: {resources: {cpu: 1, memory: 1Gi}, gpus: [{claim: a, name: nvidia.com/H100}]}";
+        assert_eq!(
+            with_vm(two, "").as_deref(),
+            Some(
+                "field vms[0].chart: the VM chart refuses it (NotOneKind): gpus[0] gives name and claim; give exactly \
+                 one of name, claim and claimTemplate"
+            )
+        );
+        let shape = "chart: {resources: {cpu: 1, memory: 1Gi}, gpus: [{claim: 7}]}";
+        let error = with_vm(shape, "").unwrap();
+        assert_eq!(error, "field vms[0].chart: the VM chart refuses it (Malformed): gpus[0].claim must be a string");
+    }
+
+    #[test]
+    fn chart_values_the_twin_does_not_model_or_that_are_the_platforms_are_refused_by_field() {
+        let sized = "resources: {cpu: 1, memory: 1Gi}";
+        let cases = [
+            (
+                "chart: {gpus: []}".to_owned(),
+                "field vms[0].chart.resources: give cpu and memory: the twin sizes a chart VM by them (it does not \
+                 model instance types)",
+            ),
+            (
+                format!("chart: {{{sized}, _cluster: {{gpu-claims-enabled: 'true'}}}}"),
+                "field vms[0].chart._cluster: is the platform's, not the tenant's; the twin takes it from \
+                 cluster.claimsEnabled",
+            ),
+            (
+                format!("chart: {{{sized}, runStrategy: Halted}}"),
+                "field vms[0].chart.runStrategy: the twin runs VMs Always; \"Halted\" is not modelled",
+            ),
+            (
+                "chart: {resources: {cpu: 0, memory: 1Gi}}".to_owned(),
+                "field vms[0].chart.resources.cpu: 0 is not a whole number of cores",
+            ),
+            (
+                format!("chart: {{{sized}}}, cpu: '1'"),
+                "field vms[0].cpu: give it in chart (the chart's values) or drop chart",
+            ),
+            ("gpus: []".to_owned(), "field vms[0].cpu: required (or give chart)"),
+        ];
+        for (vm, want) in cases {
+            assert_eq!(with_vm(&vm, "").as_deref(), Some(want), "{vm}");
+        }
+        let error = parse_scenario(&format!("{SMALL}vms: [{{at: 0s, tenant: t, name: vm, chart: {{gpu: []}}}}]\n"));
+        let error = error.unwrap_err().to_string();
+        assert!(error.starts_with("field vms[0].chart.gpu: unknown field `gpu`, expected one of"), "{error}");
     }
 
     #[test]

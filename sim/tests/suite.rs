@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::check::suite::{self, Loaded, Plan};
 use gpuclaim_sim::check::{CheckedRun, Invariant, run_twice};
+use gpuclaim_sim::scenario::parse_scenario;
 
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/suite")
@@ -134,6 +135,27 @@ fn s12_template_claims_go_and_usage_records_close() {
 #[test]
 fn s13_raw_name_gpus_beside_claims() {
     passes("13-raw-gpus-beside-claims.yaml");
+}
+
+#[test]
+fn s19_vms_start_from_the_chart_values_a_tenant_writes() {
+    let file = "19-vms-from-chart-values.yaml";
+    let runs = passes(file);
+    // The same story with each VM written as gpus, cpu and memory: the chart's values render to the same VMs, so
+    // the event log is the same, byte for byte.
+    let text = std::fs::read_to_string(suite_dir().join(file)).unwrap();
+    let mut plain = gpuclaim_engine::yaml::from_str(&text).unwrap();
+    for vm in plain["vms"].as_array_mut().unwrap() {
+        let chart = vm.as_object_mut().unwrap().remove("chart").expect("every VM of the story is a chart's");
+        vm["gpus"] = chart["gpus"].clone();
+        vm["cpu"] = chart["resources"]["cpu"].to_string().trim_matches('"').into();
+        vm["memory"] = chart["resources"]["memory"].clone();
+    }
+    let plain = parse_scenario(&plain.to_string()).unwrap();
+    let (run, mismatch) = run_twice(&plain, Variant::SHIPPED, "shipped", 1).unwrap();
+    assert_eq!(mismatch, None);
+    assert!(run.passed(), "{:?}", run.failure());
+    assert_eq!(run.hash, runs[0].hash);
 }
 
 #[test]

@@ -54,7 +54,7 @@ const OBJECT_TARGETS: [&str; 24] = [
     "/data/templateClaimCreator",
 ];
 
-const SCENARIOS: [&str; 19] = [
+const SCENARIOS: [&str; 20] = [
     include_str!("../../scenarios/suite/01-migration-targets-ungated.yaml"),
     include_str!("../../scenarios/suite/02-start-backoff-avoidance.yaml"),
     include_str!("../../scenarios/suite/03-pin-and-ungate-in-one-update.yaml"),
@@ -71,12 +71,13 @@ const SCENARIOS: [&str; 19] = [
     include_str!("../../scenarios/suite/13-raw-gpus-beside-claims.yaml"),
     include_str!("../../scenarios/suite/14-every-fault.yaml"),
     include_str!("../../scenarios/suite/15-pins-confirmed.yaml"),
+    include_str!("../../scenarios/suite/19-vms-from-chart-values.yaml"),
     include_str!("../../scenarios/examples/small.yaml"),
     include_str!("../../scenarios/perf/ref-1k.yaml"),
     include_str!("../../reports/examples/erlang-scenario.yaml"),
 ];
 
-const SCENARIO_TARGETS: [&str; 34] = [
+const SCENARIO_TARGETS: [&str; 37] = [
     "",
     "/name",
     "/seed",
@@ -101,6 +102,9 @@ const SCENARIO_TARGETS: [&str; 34] = [
     "/vms/0/at",
     "/vms/0/stopAt",
     "/vms/0/gpus",
+    "/vms/0/chart/gpus",
+    "/vms/0/chart/gpus/0",
+    "/vms/0/chart/resources/cpu",
     "/events/0/at",
     "/events/0/addNodes/count",
     "/events/0/controllerCrash",

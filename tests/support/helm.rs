@@ -1,16 +1,29 @@
-//! The real helm against the chart, for the tests of every crate that checks what the chart renders (included by
-//! path: `#[path = ".../tests/support/helm.rs"] mod helm;`). Tests skip helm, saying so, when there is none.
+//! The real helm against the charts (`charts/gpuclaim`, `charts/virtual-machine`), for the tests of every crate that
+//! checks what a chart renders (included by path: `#[path = ".../tests/support/helm.rs"] mod helm;`). Tests skip
+//! helm, saying so, when there is none.
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// `charts/gpuclaim`, from the repository root.
+/// The repository root: the crate's directory or the one above it (the workspace's crates sit one level down).
+pub fn repository() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate_dir.ancestors().find(|dir| dir.join("charts/gpuclaim/Chart.yaml").is_file());
+    root.expect("the repository holds charts/gpuclaim").to_path_buf()
+}
+
+/// `charts/gpuclaim`, the controller's chart.
 pub fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("charts/gpuclaim")
+    repository().join("charts/gpuclaim")
+}
+
+/// `charts/virtual-machine`, the tenant's VM chart.
+pub fn vm_chart() -> PathBuf {
+    repository().join("charts/virtual-machine")
 }
 
 /// The helm binary: `$HELM`, else `helm` on the PATH; `None` (and a note saying how to get one) when neither runs.
@@ -30,10 +43,20 @@ pub fn helm() -> Option<PathBuf> {
 
 /// Runs `helm ARGS… charts/gpuclaim`, returning its standard output (a failure fails the test with helm's words).
 pub fn helm_run(helm: &Path, args: &[&str]) -> String {
-    let output = Command::new(helm).args(args).arg(chart()).output().unwrap();
+    helm_run_on(helm, &chart(), args)
+}
+
+/// Runs `helm ARGS… CHART`, returning its standard output (a failure fails the test with helm's words).
+pub fn helm_run_on(helm: &Path, chart: &Path, args: &[&str]) -> String {
+    let output = helm_output(helm, chart, args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "helm {args:?} failed: {stderr}");
     String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs `helm ARGS… CHART` as it goes, failing or not (for tests of what a chart refuses).
+pub fn helm_output(helm: &Path, chart: &Path, args: &[&str]) -> Output {
+    Command::new(helm).args(args).arg(chart).output().unwrap()
 }
 
 /// The documents `helm template gpuclaim` renders in namespace `cozy-gpuclaim` with `sets` (`key=value`), as JSON.
@@ -43,8 +66,12 @@ pub fn render(helm: &Path, extra: &[&str], sets: &[&str]) -> Vec<Value> {
     for set in sets {
         args.extend(["--set", set]);
     }
-    let text = helm_run(helm, &args);
-    serde_yaml_ng::Deserializer::from_str(&text)
+    documents(&helm_run(helm, &args))
+}
+
+/// The documents of a rendered text, as JSON.
+pub fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|document| serde::Deserialize::deserialize(document).unwrap())
         .filter(|document: &Value| !document.is_null())
         .collect()

@@ -22,14 +22,22 @@ fn chart() -> PathBuf {
 
 /// The chart's own files: templates, values and the admission configuration (the CRDs are checked on their own).
 fn chart_texts() -> Vec<(PathBuf, String)> {
-    let mut files = vec![chart().join("values.yaml")];
-    for dir in ["templates", "admission/webhooks", "admission/policies"] {
-        let mut paths: Vec<PathBuf> =
-            std::fs::read_dir(chart().join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
-        paths.sort();
-        files.extend(paths);
+    chart_files(&chart(), &["values.yaml"], &["templates", "admission/webhooks", "admission/policies"])
+}
+
+/// The tenant's VM chart's files: values, schema, templates and the shared table of render cases.
+fn vm_chart_texts() -> Vec<(PathBuf, String)> {
+    chart_files(&helm::vm_chart(), &["values.yaml", "values.schema.json", "tests/cases.yaml"], &["templates"])
+}
+
+fn chart_files(chart: &Path, files: &[&str], dirs: &[&str]) -> Vec<(PathBuf, String)> {
+    let mut paths: Vec<PathBuf> = files.iter().map(|file| chart.join(file)).collect();
+    for dir in dirs {
+        let mut listed: Vec<PathBuf> = std::fs::read_dir(chart.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        listed.sort();
+        paths.extend(listed);
     }
-    files.into_iter().map(|path| (path.clone(), std::fs::read_to_string(&path).unwrap())).collect()
+    paths.into_iter().map(|path| (path.clone(), std::fs::read_to_string(&path).unwrap())).collect()
 }
 
 fn plurals() -> [String; 3] {
@@ -43,6 +51,7 @@ fn our_names() -> BTreeSet<String> {
         keys::API_VERSION,
         keys::LABEL_TEMPLATE_CLAIM,
         keys::LABEL_CLAIMS,
+        keys::ANNOTATION_CLAIMS,
         keys::ANNOTATION_ATTACHMENTS,
         keys::FINALIZER_RELEASE,
         keys::GATE_PLACEMENT,
@@ -52,6 +61,7 @@ fn our_names() -> BTreeSet<String> {
         keys::SETTINGS_KUBEVIRT_USERS,
         keys::SETTINGS_PLATFORM_ADMIN_GROUPS,
         keys::DEFAULT_CONTROLLER_NAMESPACE,
+        keys::CLUSTER_SWITCH,
     ]
     .into_iter()
     .map(str::to_owned)
@@ -115,6 +125,26 @@ fn every_key_the_chart_writes_is_the_engines() {
         assert!(all.contains(&format!("\"{plural}\"")), "the chart never names the resource {plural}");
     }
     assert!(all.contains(&format!("apiVersions: [\"{}\"]", keys::VERSION)));
+}
+
+#[test]
+fn every_key_the_vm_chart_writes_is_the_engines() {
+    let ours = our_names();
+    let mut used = BTreeSet::new();
+    for (path, text) in vm_chart_texts() {
+        for word in our_words(&text) {
+            assert!(ours.contains(&word), "{}: {word:?} is not a key of gpuclaim_engine::keys", path.display());
+            used.insert(word);
+        }
+    }
+    for needed in [keys::LABEL_CLAIMS, keys::ANNOTATION_CLAIMS, keys::CLUSTER_SWITCH] {
+        assert!(used.contains(needed), "the VM chart never writes {needed:?}");
+    }
+    let all: String = vm_chart_texts().into_iter().map(|(_, text)| text).collect();
+    let switch = format!("(index $cluster \"{}\"", keys::CLUSTER_SWITCH);
+    assert!(all.contains(&switch), "the VM chart reads the switch other than as {switch:?}");
+    assert!(all.contains(&format!("index .Values \"{}\"", keys::CLUSTER_VALUES)));
+    assert!(all.contains(&format!("apiVersion: {}\n", keys::kubevirt::API_VERSION)));
 }
 
 #[test]

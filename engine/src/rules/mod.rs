@@ -10,7 +10,9 @@ mod vmi;
 
 pub use order::{Order, OrderRefusal, validate_order};
 pub use pod::{PodPatch, PodRefusal, PodRole, mutate_pod, mutate_pod_with, pod_role};
-pub use render::{RenderRefusal, VmRender, render_vm};
+pub use render::{
+    ENTRY_KINDS, RenderRefusal, Shape, TEMPLATE_COUNT_MAX, VmRender, VmValues, read_values, render_values, render_vm,
+};
 pub use vmi::{UNITS_PER_VMI_MAX, VmiPatch, VmiRefusal, admit_vmi, admit_vmi_with};
 
 /// What every refusal of a rule offers the webhook answer.
