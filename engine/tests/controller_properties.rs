@@ -350,9 +350,8 @@ fn check_objects_only(lean: &View, view: &View, now: Time, actions: &[Action]) -
     Ok(())
 }
 
-/// What happens between passes: the scheduler binds pinned pods, runs start and end, budgets and nodes change.
-/// Records the keys a controller's watches would queue.
-fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
+/// The scheduler binds most pinned pods where they are pinned, and their runs go Running there.
+fn bind_pinned(view: &mut View, dice: &mut Dice) {
     let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
     for mut pod in pods {
         let pinned = pod.required_terms().and_then(is_pinned_to).map(str::to_owned);
@@ -366,6 +365,12 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
             view.upsert_pod(pod);
         }
     }
+}
+
+/// What happens between passes: the scheduler binds pinned pods, runs start and end, budgets and nodes change.
+/// Records the keys a controller's watches would queue.
+fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
+    bind_pinned(view, dice);
     let vmis: Vec<_> = view.vmis().filter(|v| v.phase == VmiPhase::Running).cloned().collect();
     for mut vmi in vmis {
         if dice.chance(25) {
@@ -416,15 +421,7 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
 /// Moves that only take or add waiters (nothing loosens, so remembered waiters stay skipped): pinned pods bound,
 /// a new VM ordering templates arrives.
 fn taking_moves(view: &mut View, dice: &mut Dice, step: i64) {
-    let pods: Vec<_> = view.pods().filter(|p| is_claims_pod(p) && p.node_name.is_none()).cloned().collect();
-    for mut pod in pods {
-        let pinned = pod.required_terms().and_then(is_pinned_to).map(str::to_owned);
-        if let Some(node) = pinned.filter(|_| dice.chance(70)) {
-            pod.node_name = Some(node.as_str().into());
-            pod.phase = PodPhase::Running;
-            view.upsert_pod(pod);
-        }
-    }
+    bind_pinned(view, dice);
     if dice.chance(60) {
         let tenant = ["t0", "t1"][dice.roll(2) as usize];
         let name = format!("late-{step}");

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::reasons::Wait;
-use crate::model::{Loosened, Name, Pod, View};
+use crate::model::{Class, Loosened, Name, Pod, View};
 
 type Fixed = foldhash::fast::FixedState;
 
@@ -150,44 +150,49 @@ impl<'v> super::Pass<'v> {
     /// Whether the memo holds this pod as it is now, and nothing that loosened could take it: refused then, so
     /// refused now. Room that came free is on nodes with fewer units of one of its classes than it needs.
     pub(super) fn still_refused(&self, memo: &Memo, woken: &Woken<'_>, namespace: &str, pod: &str) -> bool {
-        let Some(remembered) = memo.get(namespace, pod) else { return false };
-        if Some(remembered.edition) != self.view.gated_edition(namespace, pod) {
-            return false;
-        }
-        if remembered.refused.is_some() {
+        let Some(remembered) = self.same_edition(memo, namespace, pod) else { return false };
+        match &remembered.refused {
             // Its budget or entitlement, read now: refused still, so refused whatever capacity does.
-            return self.need_refused(namespace, remembered).is_some_and(|wait| wait.is_err());
+            Some(_) => self.need_refused(namespace, remembered).is_some_and(|wait| wait.is_err()),
+            None => Self::no_room_for(remembered, woken, namespace),
         }
-        !woken.namespaces.contains(namespace)
-            && remembered
-                .need
-                .iter()
-                .any(|(class, units)| woken.max_free.get(class.as_str()).copied().unwrap_or(0) < *units)
     }
 
     /// What the memo holds of `pod` when it would wait for the reason it has recorded, on the state this pass
-    /// leaves: refused still, its run alive, its namespace's bound units of its budgeted classes unchanged.
+    /// leaves: refused still, its run alive, and for capacity its namespace's bound units of its budgeted classes
+    /// unchanged (a budget is checked first).
     pub(super) fn same_reason<'m>(&self, memo: &'m Memo, woken: &Woken<'_>, pod: &Pod) -> Option<&'m Remembered> {
-        if !self.still_refused(memo, woken, &pod.namespace, &pod.name) {
-            return None;
-        }
-        let remembered = memo.get(&pod.namespace, &pod.name)?;
+        let remembered = self.same_edition(memo, &pod.namespace, &pod.name)?;
         if !pod.owner_vmi.as_ref().is_some_and(|vmi| self.run_alive(&pod.namespace, vmi)) {
             return None;
         }
-        if let Some(refused) = &remembered.refused {
-            let same =
-                self.need_refused(&pod.namespace, remembered).is_some_and(|wait| wait.as_ref().err() == Some(refused));
-            return same.then_some(remembered);
-        }
-        let bound_same =
-            remembered.bound.iter().all(|(class, units)| self.bound_units(&pod.namespace, class) == *units);
-        bound_same.then_some(remembered)
+        let same = match &remembered.refused {
+            Some(refused) => {
+                self.need_refused(&pod.namespace, remembered).is_some_and(|wait| wait.as_ref().err() == Some(refused))
+            }
+            None => {
+                Self::no_room_for(remembered, woken, &pod.namespace)
+                    && remembered.bound.iter().all(|(class, units)| self.bound_units(&pod.namespace, class) == *units)
+            }
+        };
+        same.then_some(remembered)
+    }
+
+    /// The memo's entry for a pod not stored again since.
+    fn same_edition<'m>(&self, memo: &'m Memo, namespace: &str, pod: &str) -> Option<&'m Remembered> {
+        memo.get(namespace, pod).filter(|r| Some(r.edition) == self.view.gated_edition(namespace, pod))
+    }
+
+    /// Whether nothing that loosened has room for a pod remembered waiting for capacity: its namespace did not
+    /// change, and one of its classes has fewer units free than it needs on every node where room came free.
+    fn no_room_for(remembered: &Remembered, woken: &Woken<'_>, namespace: &str) -> bool {
+        let short = |(class, units): &(Name, u64)| woken.max_free.get(class.as_str()).copied().unwrap_or(0) < *units;
+        !woken.namespaces.contains(namespace) && remembered.need.iter().any(short)
     }
 
     /// The budget and entitlement check of a remembered need, now; `None` when one of its classes is gone.
     fn need_refused(&self, namespace: &str, remembered: &Remembered) -> Option<Result<(), Wait>> {
-        let mut classes = Vec::with_capacity(remembered.need.len());
+        let mut classes: SmallVec<[(&Class, u64); 1]> = SmallVec::new();
         for (name, units) in &remembered.need {
             classes.push((self.view.class(name)?, *units));
         }
