@@ -608,6 +608,12 @@ fn order_of_a_vgpu_class_in_an_entitled_namespace_is_allowed() {
     assert_allowed_unchanged(&review_stdin(&review), &review["request"]);
 }
 
+/// The order webhook's refusal of a tenant's write of the template mark, as alice.
+const MARK_FORBIDDEN_FOR_ALICE: &str = concat!(
+    "label gpu.cozystack.io/template-claim is reserved for the GPU controller; ",
+    r#""alice@example.com" may not set, change or remove it"#
+);
+
 #[test]
 fn order_carrying_the_template_mark_from_a_tenant_is_refused() {
     assert_refused(
@@ -615,10 +621,7 @@ fn order_carrying_the_template_mark_from_a_tenant_is_refused() {
         &request_of("order-template-mark-by-tenant.json"),
         403,
         "TemplateMarkForbidden",
-        concat!(
-            "label gpu.cozystack.io/template-claim is reserved for the GPU controller; ",
-            r#""alice@example.com" may not set, change or remove it"#
-        ),
+        MARK_FORBIDDEN_FOR_ALICE,
     );
 }
 
@@ -665,16 +668,7 @@ fn update_removing_the_template_mark_by_a_tenant_is_refused() {
     review["request"]["oldObject"]["metadata"]["labels"] = json!({"gpu.cozystack.io/template-claim": "true"});
     review["request"]["object"] = review["request"]["oldObject"].clone();
     review["request"]["object"]["metadata"]["labels"] = json!({"gpu.cozystack.io/template-claim": "false"});
-    assert_refused(
-        &review_stdin(&review),
-        &review["request"],
-        403,
-        "TemplateMarkForbidden",
-        concat!(
-            "label gpu.cozystack.io/template-claim is reserved for the GPU controller; ",
-            r#""alice@example.com" may not set, change or remove it"#
-        ),
-    );
+    assert_refused(&review_stdin(&review), &review["request"], 403, "TemplateMarkForbidden", MARK_FORBIDDEN_FOR_ALICE);
 }
 
 #[test]
