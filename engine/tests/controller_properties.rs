@@ -43,6 +43,11 @@ fn at(seconds: i64) -> Time {
 
 /// A valid random world: nodes, two classes, two tenants, held claims (some bound where they fit), VMIs with gated
 /// launchers referencing held claims and templates, and raw pods taking devices.
+/// The number of cases, or `PROPTEST_CASES` when set (a longer soak of a property by hand).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(default)
+}
+
 fn world(dice: &mut Dice) -> View {
     let mut view = View::default();
     for (name, resource, mode) in CLASSES {
@@ -418,13 +423,48 @@ fn world_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
     }
 }
 
+/// Moves of the waiters themselves: a waiting VM stopped (its run ends; KubeVirt deletes it and, maybe not yet, its
+/// launcher), a waiting launcher stored again (a label added).
+fn waiter_moves(view: &mut View, dice: &mut Dice, changes: &mut Changes) {
+    let gated: Vec<_> = view.gated_pods().cloned().collect();
+    if gated.is_empty() {
+        return;
+    }
+    let mut pod = gated[dice.roll(gated.len() as u32) as usize].clone();
+    if dice.chance(50) {
+        std::sync::Arc::make_mut(&mut pod.labels).insert("edited".to_owned(), dice.roll(3).to_string());
+        view.upsert_pod(pod);
+        return;
+    }
+    let Some(mut vmi) = pod.owner_vmi.as_ref().and_then(|run| view.vmi(&pod.namespace, &run.name)).cloned() else {
+        return;
+    };
+    let key = (vmi.namespace.clone(), vmi.name.clone());
+    match dice.roll(3) {
+        0 => {
+            vmi.phase = VmiPhase::Succeeded;
+            view.upsert_vmi(vmi);
+        }
+        1 => {
+            view.remove_vmi(&key.0, &key.1);
+        }
+        _ => {
+            view.remove_vmi(&key.0, &key.1);
+            view.remove_pod(&pod.namespace, &pod.name);
+        }
+    }
+    if run_key_visits(view, &key.0, &key.1) {
+        changes.vmis.insert(key);
+    }
+}
+
 /// Moves that only take or add waiters (nothing loosens, so remembered waiters stay skipped): pinned pods bound,
-/// a new VM ordering templates arrives.
+/// new VMs ordering templates arrive, a few at once so queues grow long.
 fn taking_moves(view: &mut View, dice: &mut Dice, step: i64) {
     bind_pinned(view, dice);
-    if dice.chance(60) {
+    for arrival in 0..dice.roll(4) {
         let tenant = ["t0", "t1"][dice.roll(2) as usize];
-        let name = format!("late-{step}");
+        let name = format!("late-{step}-{arrival}");
         view.upsert_vmi(fixtures::vmi(tenant, &name, VmiPhase::Scheduling, None));
         let (class, _, _) = CLASSES[dice.roll(2) as usize];
         let count = 1 + dice.roll(8);
@@ -436,7 +476,7 @@ fn taking_moves(view: &mut View, dice: &mut Dice, step: i64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
 
     /// A pass that skips the waiters nothing has changed for (`Waiting`) writes exactly what the full scan writes,
     /// over passes whose writes land, with moves that loosen (runs end, budgets and nodes change) and moves that
@@ -447,7 +487,7 @@ proptest! {
         let mut view = world(&mut dice);
         let mut waiting = Waiting::default();
         let mut changes: Option<Changes> = None;
-        for step in 0..10 {
+        for step in 0..16 {
             let now = at(1_000 + step);
             let actions = reconcile(&view, now);
             let remembering = reconcile_remembering(&view, now, changes.as_ref(), &Variant::SHIPPED, &mut waiting);
@@ -460,10 +500,10 @@ proptest! {
                     moved.claims.insert((claim.namespace.clone(), claim.name.clone()));
                 }
             }
-            if dice.chance(40) {
-                world_moves(&mut view, &mut dice, &mut moved);
-            } else {
-                taking_moves(&mut view, &mut dice, step);
+            match dice.roll(10) {
+                0..4 => world_moves(&mut view, &mut dice, &mut moved),
+                4..6 => waiter_moves(&mut view, &mut dice, &mut moved),
+                _ => taking_moves(&mut view, &mut dice, step),
             }
             changes = Some(moved);
         }

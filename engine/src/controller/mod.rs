@@ -238,14 +238,14 @@ struct Pass<'v> {
     /// Remembering waiters (see [`Waiting`]): what the last landed pass left waiting, if it still holds (the outer
     /// `Some`: this pass remembers; the inner: it may skip), and what this pass leaves.
     remembered: Option<Option<&'v waiting::Memo>>,
-    remembering: Option<waiting::Memo>,
+    remembering: Option<waiting::Proposal>,
     /// Whether the last candidate walk stopped at [`CANDIDATES_PER_PLACEMENT_MAX`].
     walk_capped: std::cell::Cell<bool>,
 }
 
 impl<'v> Pass<'v> {
     /// The pass, in order, over `claims` (every claim, or those a change can affect, in namespace/name order).
-    fn run(mut self, claims: &[&'v Claim], changes: Option<&Changes>) -> (Vec<Action>, Option<waiting::Memo>) {
+    fn run(mut self, claims: &[&'v Claim], changes: Option<&Changes>) -> (Vec<Action>, Option<waiting::Proposal>) {
         self.release_and_follow(claims);
         self.settle_pods();
         self.serve_waiters();
@@ -278,7 +278,7 @@ impl<'v> Pass<'v> {
             waiting_claims: BTreeMap::new(),
             moves: 0,
             settled_at: None,
-            remembering: remembered.map(|_| waiting::Memo::new(view.generation())),
+            remembering: remembered.map(|_| waiting::Proposal::new(view.generation())),
             remembered,
             walk_capped: std::cell::Cell::new(false),
         }

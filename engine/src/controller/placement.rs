@@ -7,6 +7,7 @@ use std::iter::Peekable;
 use super::actions::{Action, ClaimStatus, EventKind, ObjectRef};
 use super::names::template_claim_name;
 use super::reasons::Wait;
+use super::waiting::Judged;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
 use crate::keys;
 use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Pod, Time, View, VmiRef};
@@ -30,7 +31,7 @@ struct Member<'v> {
 pub(super) type Need<'c> = BTreeMap<&'c str, (&'c Class, u64)>;
 
 /// Which waiter comes next.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Waiter {
     Pod,
     Claim,
@@ -38,24 +39,39 @@ enum Waiter {
 
 impl<'v> Pass<'v> {
     /// Gated pods and held claims needing a node, oldest first (creation time, then kind, namespace and name). A
-    /// waiter that does not fit does not block the ones behind it.
+    /// waiter that does not fit does not block the ones behind it. With a memo of the last passes (`Waiting`), the
+    /// pods it holds that nothing woke are not visited: they would be refused again, for the reason recorded.
     pub(super) fn serve_waiters(&mut self) {
         let view = self.view;
-        let mut waiters: Vec<(Time, Waiter, &str, &str)> =
-            view.gated_pods().map(|p| (p.created, Waiter::Pod, p.namespace.as_str(), p.name.as_str())).collect();
-        let claims = std::mem::take(&mut self.waiting_claims);
-        waiters.extend(claims.values().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
-        waiters.sort();
-        // Pods the last landed pass left waiting for capacity, while nothing has loosened since (`Waiting`): they
-        // would not fit now either, so they are not tried.
         let memo = self.remembered.flatten();
         let woken = memo.and_then(|memo| self.woken(memo));
+        let amending = memo.zip(woken.as_ref());
+        let pods: Vec<(&str, &str)> = match amending {
+            Some((memo, woken)) => self.to_visit(memo, woken),
+            None => view.gated_pods().map(|p| (p.namespace.as_str(), p.name.as_str())).collect(),
+        };
+        let mut waiters = self.at_the_gate(pods);
+        if let Some(proposal) = self.remembering.as_mut() {
+            proposal.fresh = amending.is_none();
+            proposal.visited = waiters.len();
+        }
+        let claims = std::mem::take(&mut self.waiting_claims);
+        waiters.extend(claims.values().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
+        waiters.sort_unstable();
+        waiters.dedup();
         let mut waiting = Vec::new();
         for (created, waiter, namespace, name) in waiters {
-            let refused = |memo, woken| self.still_refused(memo, woken, namespace, name);
+            let refused = |(memo, woken)| self.still_refused(memo, woken, namespace, name);
             let served = match waiter {
-                Waiter::Pod if memo.zip(woken.as_ref()).is_some_and(|(m, w)| refused(m, w)) => false,
-                Waiter::Pod => self.serve_pod(view.pod(namespace, name).expect("a gated pod is stored")),
+                Waiter::Pod if amending.is_some_and(refused) => false,
+                Waiter::Pod => {
+                    let pod = view.pod(namespace, name).expect("a gated pod is stored");
+                    let served = self.serve_pod(pod);
+                    if served {
+                        self.judge(pod, Judged::Gone);
+                    }
+                    served
+                }
                 Waiter::Claim => self.serve_claim(view.claim(namespace, name).expect("a waiting claim is stored")),
             };
             if !served {
@@ -63,19 +79,27 @@ impl<'v> Pass<'v> {
             }
         }
         // Why the rest wait is judged on the state the pass leaves, so the next pass, which starts from there, finds
-        // the same reasons and writes nothing.
+        // the same reasons and writes nothing; with them the remembered pods whose reason reads bound units that
+        // moved.
+        if let Some((memo, _)) = amending {
+            let again = self.to_judge_again(memo);
+            waiting.extend(self.at_the_gate(again));
+            waiting.sort_unstable();
+            waiting.dedup();
+        }
         for (_, waiter, namespace, name) in waiting {
             match waiter {
                 Waiter::Pod => {
                     let pod = view.pod(namespace, name).expect("a gated pod is stored");
-                    let remembered =
-                        memo.zip(woken.as_ref()).and_then(|(memo, woken)| self.same_reason(memo, woken, pod));
-                    if let Some(remembered) = remembered {
-                        self.remember(pod, remembered.clone());
+                    if let Some(remembered) = amending.and_then(|(memo, woken)| self.same_reason(memo, woken, pod)) {
+                        self.judge(pod, Judged::Remembered(remembered.clone()));
                         continue;
                     }
                     let wait = self.why_pod_waits(pod);
-                    self.remember_if_capacity(pod, &wait);
+                    if self.remembering.is_some() {
+                        let judged = self.judgement(pod, &wait);
+                        self.judge(pod, judged);
+                    }
                     self.record_pod_wait(pod, wait);
                 }
                 Waiter::Claim => {
@@ -90,6 +114,20 @@ impl<'v> Pass<'v> {
                 }
             }
         }
+        self.close_proposal(amending.map(|(memo, _)| memo));
+    }
+
+    /// The pods named that are at the gate, as the queue orders them; the others are judged gone.
+    fn at_the_gate(&mut self, pods: Vec<(&'v str, &'v str)>) -> Vec<(Time, Waiter, &'v str, &'v str)> {
+        let view: &'v View = self.view;
+        let mut gated = Vec::with_capacity(pods.len());
+        for (namespace, name) in pods {
+            match view.pod(namespace, name).filter(|_| view.gated_edition(namespace, name).is_some()) {
+                Some(pod) => gated.push((pod.created, Waiter::Pod, pod.namespace.as_str(), pod.name.as_str())),
+                None => self.judge_gone(namespace, name),
+            }
+        }
+        gated
     }
 
     /// Places the pod's whole set if it fits now; `false` when it waits.

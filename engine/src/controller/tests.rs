@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::fixtures::{self, gated_launcher, gpu_node, held_claim, vmi};
-use crate::model::{Claim, ClaimPhase, GpuMode, Published, Reason, Time, View, VmiPhase};
+use crate::model::{Change, Claim, ClaimPhase, GpuMode, Published, Reason, Time, View, VmiPhase};
 
 const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 
@@ -616,8 +616,10 @@ fn a_waiter_for_capacity_is_skipped_until_something_loosens() {
     view.upsert_pod(launcher("vm-4", 2, 3));
     let generation = view.generation();
     remembering_pass(&mut view, &mut waiting, at(3));
-    assert_eq!(view.generation(), generation, "only taken: nothing loosened");
+    let changes: Vec<&Change> = view.changes_since(generation).expect("journaled").collect();
+    assert!(changes.iter().all(|c| matches!(c, Change::Waiter(..))), "only taken, waiters stored: {changes:?}");
     assert_eq!(waiting.remembered(), 1);
+    assert_eq!(waiting.visited(), 1, "the new waiter only");
     // vm-1's run ends: its units come free, the generation moves and the pass places the waiter.
     let pod = view.pod("tenant-b", "virt-launcher-vm-1-abcde").unwrap().clone();
     view.upsert_pod(Pod { phase: crate::model::PodPhase::Succeeded, ..pod });

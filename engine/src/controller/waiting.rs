@@ -1,83 +1,117 @@
-//! Waiters nothing has changed for are not tried again: what a pass found still waiting, and why that holds.
+//! Waiters nothing has changed for are not visited: what the passes found still waiting, why that holds, and which
+//! of them a change wakes.
 //!
 //! A pass serves every gated pod oldest first, and one that does not fit is tried again at the next pass. With the
 //! cluster full, that is every waiter at every pass, deciding nothing new (issue 32: 1,300 waiters × 12,000 passes
-//! of a filled trace replay). So a pass remembers the pods it left waiting for capacity ([`Wait::NoCapacity`],
-//! [`Wait::NeverFits`]) whose reason is already recorded, with the view's [generation](View::generation) it
-//! started from, and the next pass skips one while both hold:
-//! - nothing that loosened since could take it: the view's journal ([`View::loosened_since`]) names the nodes where
-//!   room came free (units, CPU or memory), and with this pass's own releases, on each of them some class of the
-//!   pod's set has fewer units free than it needs; no node or class changed (that wakes every waiter), nor the
-//!   namespace's budgets, entitlement or unbound claims. Every other node is as it was or tighter, so a pod that
-//!   did not fit then does not fit now;
-//! - for its reason to stand too, on the state the pass leaves: the pod is the same [edition](View::gated_edition)
-//!   (not stored again since), its run is alive, and its namespace's bound units of each budgeted class it needs
-//!   are what they were (a budget is checked before capacity), so the pass would write nothing for it.
+//! of a filled trace replay). So the controller keeps, between passes, a memo of the gated pods: the ones left
+//! waiting for capacity ([`Wait::NoCapacity`], [`Wait::NeverFits`]), their budget or their entitlement whose reason
+//! is already recorded (*remembered*), and the rest (*tried*: tried at every pass as before). A pass visits only
+//! the tried pods and the remembered ones something woke, read from the view's journal of changes since the memo
+//! ([`View::changes_since`]) and this pass's own releases:
+//! - a pod stored again, come to the gate or gone from it ([`Change::Waiter`]), the pods of a run that ended or
+//!   went ([`Change::Run`]), every pod of a namespace whose budgets, entitlement or unbound claims changed
+//!   ([`Change::Namespace`]);
+//! - a pod waiting for capacity whose first class has, on one of the nodes where room came free ([`Change::Node`],
+//!   or this pass's releases), at least the units it needs (an index by class and units answers it with a range);
+//! - a pod waiting for its budget or entitlement in a namespace whose bound units moved since the memo's pass.
 //!
-//! Only what a full pass would decide is skipped, so the pass's actions are exactly a full scan's (the property
-//! `remembering_waiters_decides_what_the_full_scan_decides`). Not remembered, so tried at every pass as before: a
-//! pod whose set has a claim bound somewhere or not yet created, one whose candidate walk reached
+//! A change to a node or class ([`Change::Everything`]), or a journal that no longer reaches back to the memo,
+//! visits every gated pod and the memo starts afresh. Every other pod is as the memo holds it: the same
+//! [edition](View::gated_edition), its run alive, and nothing that loosened could take it (every node is as it was
+//! or tighter), so it is refused again for the same reason and the full scan would write nothing for it.
+//!
+//! One more check is on the state the pass leaves: a capacity waiter whose namespace's bound units of a budgeted
+//! class it needs moved (this pass's placements) would now wait for its budget (a budget is checked before
+//! capacity), so the remembered pods of a namespace whose bound units moved are judged again after serving.
+//!
+//! The visited pods are served in the queue's order, so the pass's actions are exactly a full scan's (the property
+//! `remembering_waiters_decides_what_the_full_scan_decides`). Not remembered, so tried at every pass: a pod whose set
+//! has a claim bound somewhere or not yet created, one whose candidate walk reached
 //! [`CANDIDATES_PER_PLACEMENT_MAX`](super::CANDIDATES_PER_PLACEMENT_MAX), one waiting for another reason (a held
-//! claim in use, its budget: the objects those name change without touching capacity), and held claims waiting for
-//! a node.
+//! claim in use: the objects those name change without touching capacity), and held claims waiting for a node.
 //!
-//! What a pass remembers is only true once its writes landed: a pass whose writes were refused, or that was thrown
-//! away (pins confirmed against a newer store, then taken again), must not teach the next one. The caller says
-//! which: [`Waiting::landed`] after every write went through, [`Waiting::forget`] otherwise.
+//! A pass proposes what it judged; the memo learns it only once the pass's writes landed: a pass whose writes were
+//! refused, or that was thrown away (pins confirmed against a newer store, then taken again), must not teach the
+//! next one. The caller says which: [`Waiting::landed`] after every write went through, [`Waiting::forget`]
+//! otherwise (the next pass visits every waiter). A pass costs what changed and what it places, not the queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use smallvec::SmallVec;
 
 use super::reasons::Wait;
-use crate::model::{Class, Loosened, Name, Pod, View};
+use crate::model::{Change, Class, Name, Pod, View};
 
 type Fixed = foldhash::fast::FixedState;
+
+/// Bound units of each class in a namespace, in the view's class order (a class added or removed starts the memo
+/// afresh).
+type Bound = SmallVec<[u64; 4]>;
 
 /// A controller's memory of the waiters its passes left, kept between passes.
 #[derive(Clone, Debug, Default)]
 pub struct Waiting {
-    /// What the last pass whose writes all landed found.
+    /// What the passes whose writes all landed found.
     landed: Option<Memo>,
-    /// What the last pass found, until its writes land.
-    proposed: Option<Memo>,
+    /// What the last pass judged, until its writes land.
+    proposed: Option<Proposal>,
+    /// How many gated pods the last landed pass visited before serving.
+    visited: usize,
 }
 
 impl Waiting {
-    /// Every write of the last pass went through: the next pass may skip what it found.
+    /// Every write of the last pass went through: the memo learns what it judged.
     pub fn landed(&mut self) {
-        if let Some(memo) = self.proposed.take() {
-            self.landed = Some(memo);
+        let Some(proposal) = self.proposed.take() else { return };
+        self.visited = proposal.visited;
+        if proposal.fresh {
+            self.landed = Some(Memo::default());
+        }
+        // A pass that amends a memo forgotten since teaches nothing (the next pass visits every waiter).
+        if let Some(memo) = self.landed.as_mut() {
+            memo.learn(proposal);
         }
     }
 
-    /// A write was refused, or the pass was thrown away: the next pass tries every waiter.
+    /// A write was refused, or the pass was thrown away: the next pass visits every waiter.
     pub fn forget(&mut self) {
         self.landed = None;
         self.proposed = None;
     }
 
-    /// How many pods the next pass may skip (for stats and tests).
+    /// How many pods the next pass may leave unvisited (for stats and tests).
     pub fn remembered(&self) -> usize {
         self.landed.as_ref().map_or(0, |memo| memo.pods.values().map(HashMap::len).sum())
+    }
+
+    /// How many gated pods the last pass whose writes landed visited before serving (for stats and tests): what it
+    /// cost, where a full scan visits every one.
+    pub fn visited(&self) -> usize {
+        self.visited
     }
 
     pub(super) fn usable(&self) -> Option<&Memo> {
         self.landed.as_ref()
     }
 
-    pub(super) fn propose(&mut self, memo: Memo) {
-        self.proposed = Some(memo);
+    pub(super) fn propose(&mut self, proposal: Proposal) {
+        self.proposed = Some(proposal);
     }
 }
 
-/// The pods one pass left waiting for capacity, with what made them wait.
+/// The gated pods as the passes left them.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Memo {
-    /// The view's generation the pass started from.
-    pub(super) generation: u64,
+    /// The view's generation the last pass started from.
+    generation: u64,
     /// namespace → pod → what it was refused on.
     pods: HashMap<Name, HashMap<Name, Remembered, Fixed>, Fixed>,
+    /// (namespace, pod) of the gated pods tried at every pass.
+    tried: BTreeSet<(Name, Name)>,
+    /// The pods remembered waiting for capacity: first class they need → (its units, namespace, pod).
+    by_units: BTreeMap<Name, BTreeSet<(u64, Name, Name)>>,
+    /// namespace → its bound units after the last pass, for the namespaces with remembered pods.
+    bound: BTreeMap<Name, Bound>,
 }
 
 /// One pod left waiting for capacity, its budget or its entitlement.
@@ -95,56 +129,200 @@ pub(super) struct Remembered {
     pub(super) bound: SmallVec<[(Name, u64); 1]>,
 }
 
-impl Memo {
-    pub(super) fn new(generation: u64) -> Self {
-        Memo { generation, pods: HashMap::default() }
+impl Remembered {
+    /// Whether why it waits reads its namespace's bound units.
+    fn reads_bound(&self) -> bool {
+        self.refused.is_some() || !self.bound.is_empty()
     }
+}
 
+impl Memo {
     pub(super) fn get(&self, namespace: &str, pod: &str) -> Option<&Remembered> {
         self.pods.get(namespace)?.get(pod)
     }
 
-    pub(super) fn insert(&mut self, namespace: &Name, pod: &Name, remembered: Remembered) {
-        self.pods.entry(namespace.clone()).or_default().insert(pod.clone(), remembered);
+    /// The remembered pods of a namespace.
+    fn of_namespace<'m>(&'m self, namespace: &str) -> impl Iterator<Item = (&'m Name, &'m Remembered)> {
+        self.pods.get(namespace).into_iter().flatten()
+    }
+
+    fn learn(&mut self, proposal: Proposal) {
+        self.generation = proposal.generation;
+        for (namespace, pod, judged) in proposal.judged {
+            self.drop(&namespace, &pod);
+            match judged {
+                Judged::Remembered(remembered) => self.insert(namespace, pod, remembered),
+                Judged::Tried => {
+                    self.tried.insert((namespace, pod));
+                }
+                Judged::Gone => {}
+            }
+        }
+        self.bound = proposal.bound;
+        let pods = &self.pods;
+        self.bound.retain(|namespace, _| pods.contains_key(namespace));
+    }
+
+    fn insert(&mut self, namespace: Name, pod: Name, remembered: Remembered) {
+        if let (None, Some((class, units))) = (&remembered.refused, remembered.need.first()) {
+            self.by_units.entry(class.clone()).or_default().insert((*units, namespace.clone(), pod.clone()));
+        }
+        self.pods.entry(namespace).or_default().insert(pod, remembered);
+    }
+
+    fn drop(&mut self, namespace: &Name, pod: &Name) {
+        self.tried.remove(&(namespace.clone(), pod.clone()));
+        let Some(pods) = self.pods.get_mut(namespace.as_str()) else { return };
+        let Some(old) = pods.remove(pod.as_str()) else { return };
+        if pods.is_empty() {
+            self.pods.remove(namespace.as_str());
+        }
+        if let (None, Some((class, units))) = (&old.refused, old.need.first())
+            && let Some(waiters) = self.by_units.get_mut(class.as_str())
+        {
+            waiters.remove(&(*units, namespace.clone(), pod.clone()));
+            if waiters.is_empty() {
+                self.by_units.remove(class.as_str());
+            }
+        }
     }
 }
 
-/// What loosened since the remembered pass, as the remembered waiters read it: the nodes where room came free and
-/// the most units of each class free on one of them now, and the namespaces whose budgets, entitlement or claims
-/// changed.
+/// What a pass judged of the pods it visited, for the memo to learn once its writes land.
+#[derive(Clone, Debug)]
+pub(super) struct Proposal {
+    /// The pass visited every gated pod: the memo starts afresh from what it judged.
+    pub(super) fresh: bool,
+    generation: u64,
+    /// (namespace, pod, judgement), in the order judged: the last of a pod's stands.
+    judged: Vec<(Name, Name, Judged)>,
+    /// Bound units after the pass, of the namespaces with remembered pods.
+    bound: BTreeMap<Name, Bound>,
+    /// How many gated pods it visited before serving.
+    pub(super) visited: usize,
+}
+
+impl Proposal {
+    pub(super) fn new(generation: u64) -> Self {
+        Proposal { fresh: true, generation, judged: Vec::new(), bound: BTreeMap::new(), visited: 0 }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Judged {
+    /// Waits for a reason recorded, and until something wakes it is not visited.
+    Remembered(Remembered),
+    /// Waits, and is tried at every pass.
+    Tried,
+    /// No longer at the gate (placed, ungated or deleted).
+    Gone,
+}
+
+/// What changed since the memo's pass, as its pods read it: the most units of each class free on one of the nodes
+/// where room came free, and the namespaces, waiters and runs that changed.
 pub(super) struct Woken<'a> {
     max_free: BTreeMap<&'a str, u64>,
     namespaces: BTreeSet<&'a str>,
+    waiters: BTreeSet<(&'a str, &'a str)>,
+    runs: BTreeSet<(&'a str, &'a str)>,
 }
 
 impl<'v> super::Pass<'v> {
-    /// What loosened since `memo`'s pass, in the view and in this pass before serving (its releases); `None` when
+    /// What changed since `memo`'s pass, in the view and in this pass before serving (its releases); `None` when
     /// anything may have (a node or class changed, or the view does not remember that far back).
     pub(super) fn woken(&self, memo: &Memo) -> Option<Woken<'v>> {
         let view: &'v View = self.view;
         let mut nodes: BTreeSet<&str> = BTreeSet::new();
-        let mut namespaces = BTreeSet::new();
-        for loosened in view.loosened_since(memo.generation)? {
-            match loosened {
-                Loosened::Node(node) => {
+        let mut woken = Woken {
+            max_free: BTreeMap::new(),
+            namespaces: BTreeSet::new(),
+            waiters: BTreeSet::new(),
+            runs: BTreeSet::new(),
+        };
+        for change in view.changes_since(memo.generation)? {
+            match change {
+                Change::Node(node) => {
                     nodes.insert(node.as_str());
                 }
-                Loosened::Namespace(namespace) => {
-                    namespaces.insert(namespace.as_str());
+                Change::Namespace(namespace) => {
+                    woken.namespaces.insert(namespace.as_str());
                 }
-                Loosened::Everything => return None,
+                Change::Waiter(namespace, pod) => {
+                    woken.waiters.insert((namespace.as_str(), pod.as_str()));
+                }
+                Change::Run(namespace, vmi) => {
+                    woken.runs.insert((namespace.as_str(), vmi.as_str()));
+                }
+                Change::Everything => return None,
             }
         }
         let freed_here = self.units.values().flat_map(|by_node| by_node.iter()).filter(|(_, units)| **units > 0);
         let freed_here: Vec<&str> = freed_here.map(|(node, _)| node.as_str()).collect();
-        let max_free = view
+        woken.max_free = view
             .classes()
             .map(|class| {
                 let free = nodes.iter().copied().chain(freed_here.iter().copied()).map(|n| self.free(class, n));
                 (class.name.as_str(), free.map(|units| units.unwrap_or(0)).max().unwrap_or(0))
             })
             .collect();
-        Some(Woken { max_free, namespaces })
+        Some(woken)
+    }
+
+    /// The gated pods to visit before serving, besides those the memo holds unwoken: the tried ones and the ones
+    /// something woke (see the module's documentation), unordered and possibly repeated.
+    pub(super) fn to_visit(&self, memo: &'v Memo, woken: &Woken<'v>) -> Vec<(&'v str, &'v str)> {
+        let view: &'v View = self.view;
+        let mut visit: Vec<(&'v str, &'v str)> =
+            memo.tried.iter().map(|(ns, pod)| (ns.as_str(), pod.as_str())).collect();
+        visit.extend(woken.waiters.iter().copied());
+        for (namespace, vmi) in &woken.runs {
+            visit.extend(view.vmi_pods(namespace, vmi).map(|pod| (pod.namespace.as_str(), pod.name.as_str())));
+        }
+        for namespace in &woken.namespaces {
+            let (namespace, pods) = match memo.pods.get_key_value(*namespace) {
+                Some(found) => found,
+                None => continue,
+            };
+            visit.extend(pods.keys().map(|pod| (namespace.as_str(), pod.as_str())));
+        }
+        for (class, waiters) in &memo.by_units {
+            let free = woken.max_free.get(class.as_str()).copied().unwrap_or(0);
+            if free == 0 {
+                continue;
+            }
+            let fitting = waiters.range(..(free + 1, Name::default(), Name::default()));
+            visit.extend(fitting.map(|(_, namespace, pod)| (namespace.as_str(), pod.as_str())));
+        }
+        // A budget or entitlement refusal reads the bound units, which releases lower without naming the namespace.
+        for namespace in self.bound_moved(memo) {
+            let refused = memo.of_namespace(namespace).filter(|(_, remembered)| remembered.refused.is_some());
+            visit.extend(refused.map(|(pod, _)| (namespace.as_str(), pod.as_str())));
+        }
+        visit
+    }
+
+    /// The remembered pods whose reason reads bound units that moved since the memo's pass, now (after serving):
+    /// judged again on the state the pass leaves (unless this pass placed them).
+    pub(super) fn to_judge_again(&self, memo: &'v Memo) -> Vec<(&'v str, &'v str)> {
+        let mut judge = Vec::new();
+        for namespace in self.bound_moved(memo) {
+            let placed = |pod: &Name| self.pinned_pods.contains_key(&(namespace.clone(), pod.clone()));
+            let reading =
+                memo.of_namespace(namespace).filter(|(pod, remembered)| remembered.reads_bound() && !placed(pod));
+            judge.extend(reading.map(|(pod, _)| (namespace.as_str(), pod.as_str())));
+        }
+        judge
+    }
+
+    /// The namespaces whose bound units are not what the memo's pass left.
+    fn bound_moved<'m>(&self, memo: &'m Memo) -> impl Iterator<Item = &'m Name> {
+        let moved = |(namespace, bound): &(&Name, &Bound)| **bound != self.bound_of(namespace);
+        memo.bound.iter().filter(moved).map(|(namespace, _)| namespace)
+    }
+
+    /// The namespace's bound units of every class, after this pass's decisions so far.
+    fn bound_of(&self, namespace: &str) -> Bound {
+        self.view.classes().map(|class| self.bound_units(namespace, &class.name)).collect()
     }
 
     /// Whether the memo holds this pod as it is now, and nothing that loosened could take it: refused then, so
@@ -199,35 +377,56 @@ impl<'v> super::Pass<'v> {
         Some(self.check_need(namespace, classes.into_iter()))
     }
 
-    pub(super) fn remember(&mut self, pod: &Pod, remembered: Remembered) {
-        if let Some(memo) = self.remembering.as_mut() {
-            memo.insert(&pod.namespace, &pod.name, remembered);
+    /// Notes what this pass judged of a gated pod, when it remembers.
+    pub(super) fn judge(&mut self, pod: &Pod, judged: Judged) {
+        if let Some(proposal) = self.remembering.as_mut() {
+            proposal.judged.push((pod.namespace.clone(), pod.name.clone(), judged));
         }
     }
 
-    /// Remembers a pod just judged to wait for `wait`, when the next pass may skip it: it waits for capacity, for
-    /// the reason already recorded (no write), its walk was not cut short, and its whole set exists unbound (a
-    /// claim bound somewhere or still to be created is an object of its own that changes on its own).
-    pub(super) fn remember_if_capacity(&mut self, pod: &Pod, wait: &Wait) {
+    /// A pod visited that is no longer at the gate.
+    pub(super) fn judge_gone(&mut self, namespace: &'v str, pod: &'v str) {
+        if let Some(proposal) = self.remembering.as_mut() {
+            proposal.judged.push((Name::from(namespace), Name::from(pod), Judged::Gone));
+        }
+    }
+
+    /// How a pod just judged to wait for `wait` is held: remembered when the next pass may leave it unvisited — it
+    /// waits for capacity, budget or entitlement, for the reason already recorded (no write), its walk was not cut
+    /// short, and its whole set exists unbound (a claim bound somewhere or still to be created is an object of its
+    /// own that changes on its own) —, tried otherwise.
+    pub(super) fn judgement(&self, pod: &Pod, wait: &Wait) -> Judged {
         // A walk cut short is only for capacity; a budget refusal walks nothing (the flag is the last walk's).
         let capacity = matches!(wait, Wait::NoCapacity { .. } | Wait::NeverFits { .. });
-        if self.remembering.is_none() || (capacity && self.walk_capped.get()) {
-            return;
+        if capacity && self.walk_capped.get() {
+            return Judged::Tried;
         }
         let refused = match wait {
             Wait::NoCapacity { .. } | Wait::NeverFits { .. } => None,
             Wait::BudgetExceeded { .. } | Wait::NotEntitled { .. } => Some(wait.clone()),
-            _ => return,
+            _ => return Judged::Tried,
         };
         if pod.waiting.as_ref() != Some(&wait.to_reason()) {
-            return;
+            return Judged::Tried;
         }
-        let Some(edition) = self.view.gated_edition(&pod.namespace, &pod.name) else { return };
-        let Some(need) = self.need_of_template_set(pod) else { return };
+        let Some(edition) = self.view.gated_edition(&pod.namespace, &pod.name) else { return Judged::Tried };
+        let Some(need) = self.need_of_template_set(pod) else { return Judged::Tried };
         let tenant = self.view.tenant(&pod.namespace);
         let budgeted = need.keys().filter(|class| tenant.and_then(|t| t.budget(class)).is_some());
         let bound = budgeted.map(|class| (Name::from(*class), self.bound_units(&pod.namespace, class))).collect();
         let need = need.iter().map(|(class, (_, units))| (Name::from(*class), *units)).collect();
-        self.remember(pod, Remembered { edition, need, bound, refused });
+        Judged::Remembered(Remembered { edition, need, bound, refused })
+    }
+
+    /// Ends the proposal: the bound units the pass leaves, of every namespace with remembered pods.
+    pub(super) fn close_proposal(&mut self, memo: Option<&Memo>) {
+        let Some(proposal) = self.remembering.as_ref() else { return };
+        let kept = memo.filter(|_| !proposal.fresh).into_iter().flat_map(|memo| memo.pods.keys());
+        let judged = proposal.judged.iter().filter(|(_, _, judged)| matches!(judged, Judged::Remembered(_)));
+        let namespaces: BTreeSet<&Name> = kept.chain(judged.map(|(namespace, _, _)| namespace)).collect();
+        let bound = namespaces.into_iter().map(|namespace| (namespace.clone(), self.bound_of(namespace))).collect();
+        if let Some(proposal) = self.remembering.as_mut() {
+            proposal.bound = bound;
+        }
     }
 }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 pub use capacity::{Capacity, NodeLoad};
-pub use history::Loosened;
+pub use history::Change;
 pub use name::Name;
 pub use objects::*;
 pub use tenant::Tenant;
@@ -206,9 +206,9 @@ impl View {
     }
 
     /// A number that moves whenever something changes that could let a waiting pod through or change why it waits
-    /// (capacity freed, a node, class, budget or entitlement changed); changes that only take leave it. Equal
-    /// figures at two moments: every waiter refused at the first is refused at the second, for the same reason
-    /// unless its own pod, run or namespace's bound units changed.
+    /// (capacity freed, a node, class, budget or entitlement changed, a waiter stored, a run ended or went); changes
+    /// that only take leave it. Equal figures at two moments: every waiter refused at the first is refused at the
+    /// second, for the same reason unless its namespace's bound units changed.
     pub fn generation(&self) -> u64 {
         self.history.generation()
     }
@@ -218,9 +218,9 @@ impl View {
         self.history.edition(namespace, pod)
     }
 
-    /// What loosened since `generation`, oldest first; `None` when the view no longer remembers that far back
+    /// What changed since `generation`, oldest first; `None` when the view no longer remembers that far back
     /// (then anything may have).
-    pub fn loosened_since(&self, generation: u64) -> Option<impl Iterator<Item = &Loosened>> {
+    pub fn changes_since(&self, generation: u64) -> Option<impl Iterator<Item = &Change>> {
         self.history.since(generation)
     }
 
@@ -267,7 +267,7 @@ impl View {
             return;
         }
         self.objects_only = !kept;
-        self.history.loosened(Loosened::Everything);
+        self.history.changed(Change::Everything);
         self.reindex_all();
     }
 
@@ -281,7 +281,7 @@ impl View {
                 && old.node_selector == class.node_selector
                 && (Arc::ptr_eq(&old.tolerations, &class.tolerations) || old.tolerations == class.tolerations);
             if !placement_unchanged || (old.mode, old.max_count) != (class.mode, class.max_count) {
-                self.history.loosened(Loosened::Everything);
+                self.history.changed(Change::Everything);
             }
             *old = class;
             if !placement_unchanged {
@@ -290,13 +290,13 @@ impl View {
             return;
         }
         self.classes.insert(class.name.clone(), class);
-        self.history.loosened(Loosened::Everything);
+        self.history.changed(Change::Everything);
         self.reindex_all();
     }
 
     pub fn remove_class(&mut self, name: &str) -> Option<Class> {
         let class = self.classes.remove(name)?;
-        self.history.loosened(Loosened::Everything);
+        self.history.changed(Change::Everything);
         self.reindex_all();
         Some(class)
     }
@@ -321,9 +321,9 @@ impl View {
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Claim> {
         let old = self.tenants.get_mut(namespace)?.claims.remove(name)?;
-        self.history.loosened(match &old.node {
-            Some(node) => Loosened::Node(node.clone()),
-            None => Loosened::Namespace(old.namespace.clone()),
+        self.history.changed(match &old.node {
+            Some(node) => Change::Node(node.clone()),
+            None => Change::Namespace(old.namespace.clone()),
         });
         let indexed = ClaimIndexed::of(&old);
         self.count_claim(&old.namespace, &indexed, false);
@@ -341,7 +341,7 @@ impl View {
         let deleting_before = claim.deleting;
         edit(claim);
         if claim.deleting != deleting_before {
-            self.history.loosened(Loosened::Namespace(claim.namespace.clone()));
+            self.history.changed(Change::Namespace(claim.namespace.clone()));
         }
         // Most edits are status and revision changes: compared borrowed, they copy nothing.
         if before.counted() == ClaimIndexed::counted_of(claim) && before.listed() == ClaimIndexed::listed_of(claim) {
@@ -349,9 +349,9 @@ impl View {
         }
         let after = ClaimIndexed::of(claim);
         if !before.only_takes(&after) {
-            self.history.loosened(match &before.node {
-                Some(node) => Loosened::Node(node.clone()),
-                None => Loosened::Namespace(claim.namespace.clone()),
+            self.history.changed(match &before.node {
+                Some(node) => Change::Node(node.clone()),
+                None => Change::Namespace(claim.namespace.clone()),
             });
         }
         let (namespace, name) = (&claim.namespace.clone(), &claim.name.clone());
@@ -470,7 +470,7 @@ impl View {
             self.counted_devices(namespace, name) != counted_before.as_ref().map(|(node, devices)| (node, devices));
         if let (true, Some((node, _))) = (moved, &counted_before) {
             // Devices counted for it moved or went: units may have come free there.
-            self.history.loosened(Loosened::Node(node.clone()));
+            self.history.changed(Change::Node(node.clone()));
         }
         Some(moved)
     }
@@ -532,7 +532,7 @@ impl View {
         let tenant = self.tenants.entry(namespace.to_owned()).or_default();
         if tenant.vgpu_entitled != entitled {
             tenant.vgpu_entitled = entitled;
-            self.history.loosened(Loosened::Namespace(namespace.into()));
+            self.history.changed(Change::Namespace(namespace.into()));
         }
     }
 
@@ -541,7 +541,7 @@ impl View {
         let tenant = self.tenants.entry(namespace.to_owned()).or_default();
         if tenant.quotas.get(quota) != Some(&hard) {
             tenant.quotas.insert(quota.to_owned(), hard);
-            self.history.loosened(Loosened::Namespace(namespace.into()));
+            self.history.changed(Change::Namespace(namespace.into()));
         }
     }
 
@@ -549,13 +549,13 @@ impl View {
         if let Some(tenant) = self.tenants.get_mut(namespace)
             && tenant.quotas.remove(quota).is_some()
         {
-            self.history.loosened(Loosened::Namespace(namespace.into()));
+            self.history.changed(Change::Namespace(namespace.into()));
         }
     }
 
     pub fn upsert_node(&mut self, node: Node) {
         if self.nodes.get(&node.name) != Some(&node) {
-            self.history.loosened(Loosened::Everything);
+            self.history.changed(Change::Everything);
         }
         let name = node.name.clone();
         if node.ready {
@@ -570,7 +570,7 @@ impl View {
     /// A node deleted (lost): its claims keep their binding until the controller moves them.
     pub fn remove_node(&mut self, name: &str) -> Option<Node> {
         let node = self.nodes.remove(name)?;
-        self.history.loosened(Loosened::Everything);
+        self.history.changed(Change::Everything);
         self.unavailable.insert(name.to_owned());
         self.reindex_node(name);
         Some(node)
@@ -603,7 +603,7 @@ impl View {
         let indexed = PodIndexed::of(&old);
         self.history.stored(&old.namespace, &old.name, false);
         if let Some(node) = &indexed.occupied {
-            self.history.loosened(Loosened::Node(node.clone()));
+            self.history.changed(Change::Node(node.clone()));
         }
         self.index_pod(&old.namespace, &old.name, &indexed, false);
         Some(old)
@@ -665,7 +665,7 @@ impl View {
                 && after.cpu_millis >= before.cpu_millis
                 && after.memory_bytes >= before.memory_bytes;
             if let Some(node) = before.occupied.as_ref().filter(|_| !grows_in_place) {
-                self.history.loosened(Loosened::Node(node.clone()));
+                self.history.changed(Change::Node(node.clone()));
             }
             self.index_node(namespace, name, before, false);
             self.index_node(namespace, name, after, true);
@@ -748,11 +748,18 @@ impl View {
     }
 
     pub fn upsert_vmi(&mut self, vmi: Vmi) {
+        // Which run it is and whether it ended is all a waiter reads of it.
+        let same_run = |old: &Vmi| old.uid == vmi.uid && old.phase.is_final() == vmi.phase.is_final();
+        if self.vmi(&vmi.namespace, &vmi.name).is_some_and(|old| !same_run(old)) {
+            self.history.changed(Change::Run(vmi.namespace.clone(), vmi.name.clone()));
+        }
         self.vmis.entry(vmi.namespace.clone()).or_default().insert(vmi.name.clone(), vmi);
     }
 
     pub fn remove_vmi(&mut self, namespace: &str, name: &str) -> Option<Vmi> {
-        self.vmis.get_mut(namespace)?.remove(name)
+        let old = self.vmis.get_mut(namespace)?.remove(name)?;
+        self.history.changed(Change::Run(old.namespace.clone(), old.name.clone()));
+        Some(old)
     }
 
     pub fn upsert_usage(&mut self, usage: Usage) {
