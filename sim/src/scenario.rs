@@ -220,6 +220,13 @@ pub struct Workload {
     pub prefix: String,
     pub arrivals_per_hour: f64,
     pub mean_lifetime: Duration,
+    /// Arrivals begin at this time (the first is drawn from it; default: the run's start).
+    #[serde(default)]
+    pub from: Option<Duration>,
+    /// No arrival after this time (default: arrivals go on to the run's end). With `from`, a surge: a rate for a
+    /// window of the run.
+    #[serde(default)]
+    pub until: Option<Duration>,
     /// The VMs' `gpus` (raw names or references); empty when the workload orders held claims.
     #[serde(default)]
     pub gpus: Vec<GpuEntry>,
@@ -641,6 +648,12 @@ impl Scenario {
                 vm_spec(&workload.tenant, &workload.prefix, &workload.gpus, &workload.cpu, &workload.memory, &field)?;
             template.wffc_volume = workload.wffc_volume;
             let mut generator = WorldWorkload::new(template, workload.arrivals_per_hour, workload.mean_lifetime.0);
+            let from = workload.from.as_ref().map_or(Millis(0), |d| d.0);
+            let until = workload.until.as_ref().map(|d| d.0);
+            if until.is_some_and(|until| until <= from) {
+                return Err(invalid(format!("{field}.until"), "is not after `from` (or the run's start)"));
+            }
+            generator = generator.within(from, until);
             if let Some(order) = &workload.held_claim {
                 generator = generator.ordering(order.clone());
             }
@@ -1042,6 +1055,22 @@ mod tests {
         let error = parse_scenario(&format!("{SMALL}vms: [{{at: 0s, tenant: t, name: vm, chart: {{gpu: []}}}}]\n"));
         let error = error.unwrap_err().to_string();
         assert!(error.starts_with("field vms[0].chart.gpu: unknown field `gpu`, expected one of"), "{error}");
+    }
+
+    #[test]
+    fn a_workload_window_that_ends_before_it_begins_is_refused() {
+        let workload = |window: &str| {
+            format!(
+                "{SMALL}  tenants: [{{name: t}}]\nworkloads:\n- {{tenant: t, prefix: w, arrivalsPerHour: 1, \
+                 meanLifetime: 1h, cpu: '1', memory: 1Gi, \
+                 gpus: [{{claimTemplate: {{class: h100, count: 1}}}}], {window}}}\n"
+            )
+        };
+        let error = refusal(&workload("from: 2h, until: 1h"));
+        assert_eq!(error.as_deref(), Some("field workloads[0].until: is not after `from` (or the run's start)"));
+        let error = refusal(&workload("until: 0s"));
+        assert_eq!(error.as_deref(), Some("field workloads[0].until: is not after `from` (or the run's start)"));
+        assert_eq!(refusal(&workload("from: 1h, until: 2h")), None);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! held claims ordered through the order webhook, the scheduler's queue of pods that did not fit, nodes joining,
 //! and the GPU controller deciding on its own lagging cache.
 
+use std::collections::BTreeMap;
+
 use gpuclaim_engine::fixtures;
 use gpuclaim_engine::model::{ClaimPhase, VmiPhase};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
@@ -229,6 +231,40 @@ workloads:
     world.run(scenario.duration.0, 1_000_000).unwrap();
     assert!(world.vm_starts() > 0, "orders went through");
     assert_eq!(world.stats().refusals.get("OrderRefused:NoCapacity"), None, "{:?}", world.stats().refusals);
+}
+
+#[test]
+fn a_workload_with_a_window_creates_vms_only_within_it() {
+    let text = r#"
+name: surge
+duration: 3h
+cluster:
+  classes: [{name: gpu, resourceName: example.com/gpu, mode: Passthrough, maxCount: 1}]
+  nodes: [{prefix: gpu-, count: 2, cpu: "64", memory: 256Gi, devices: {example.com/gpu: 8}}]
+  tenants: [{name: team}]
+workloads:
+- {tenant: team, prefix: vm, arrivalsPerHour: 60, meanLifetime: 1m, cpu: "1", memory: 1Gi, from: 1h, until: 2h,
+   gpus: [{claimTemplate: {class: gpu, count: 1}}]}
+"#;
+    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
+    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    // When each VMI was first seen.
+    let mut seen = BTreeMap::new();
+    world
+        .run_observed(scenario.duration.0, 1_000_000, |world| {
+            let now = world.now();
+            for vmi in world.store().vmis() {
+                seen.entry(vmi.name.to_string()).or_insert(now);
+            }
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert!(seen.len() > 30, "about 60 arrive in the hour: {}", seen.len());
+    let (first, last) = (seen.values().min().unwrap(), seen.values().max().unwrap());
+    assert!(*first >= Millis::seconds(3_600), "none before `from`: {first:?}");
+    assert!(*last <= Millis::seconds(7_200), "none after `until`: {last:?}");
+    assert_eq!(world.vm_starts(), seen.len() as u64, "each started");
 }
 
 #[test]
