@@ -58,9 +58,51 @@ impl<'v> Pass<'v> {
         let claims = std::mem::take(&mut self.waiting_claims);
         waiters.extend(claims.values().map(|c| (c.created, Waiter::Claim, c.namespace.as_str(), c.name.as_str())));
         waiters.sort_unstable();
-        waiters.dedup();
+        let mut listed = waiters.into_iter().peekable();
+        // The remembered capacity waiters the room that came free may take, merged into the queue's order and read
+        // only while some room is left: a pass costs what it places, not the queue behind it.
+        let mut woke = amending.map(|(memo, _)| self.woke(memo));
         let mut waiting = Vec::new();
-        for (created, waiter, namespace, name) in waiters {
+        let mut last = None;
+        loop {
+            let candidate = match (woke.as_mut(), amending) {
+                (Some(woke), Some((_, woken))) => self.peek_woke(woke, woken),
+                _ => None,
+            };
+            let woke_first = candidate.map(|(created, namespace, pod)| (created, Waiter::Pod, namespace, pod));
+            let next = match (listed.peek(), woke_first) {
+                (Some(listed), Some(woke)) if woke < *listed => None,
+                (Some(_), _) => listed.next(),
+                (None, Some(_)) => None,
+                (None, None) => break,
+            };
+            let next = match (next, woke_first, woke.as_mut()) {
+                (Some(next), _, _) => next,
+                (None, Some(key), Some(woke)) => {
+                    woke.advance(key.0, key.2, key.3);
+                    if last == Some(key) {
+                        continue;
+                    }
+                    let (memo, woken) = amending.expect("woken waiters come from a memo");
+                    // Room came free, but not enough for it: it stays as the memo holds it, unvisited.
+                    if self.still_refused(memo, woken, key.2, key.3) {
+                        continue;
+                    }
+                    if let Some(proposal) = self.remembering.as_mut() {
+                        proposal.visited += 1;
+                    }
+                    match self.at_the_gate(vec![(key.2, key.3)]).pop() {
+                        Some(gated) => gated,
+                        None => continue,
+                    }
+                }
+                (None, _, _) => unreachable!("a waiter was peeked"),
+            };
+            if last == Some(next) {
+                continue;
+            }
+            last = Some(next);
+            let (created, waiter, namespace, name) = next;
             let refused = |(memo, woken)| self.still_refused(memo, woken, namespace, name);
             let served = match waiter {
                 Waiter::Pod if amending.is_some_and(refused) => false,

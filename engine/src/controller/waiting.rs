@@ -12,7 +12,10 @@
 //!   went ([`Change::Run`]), every pod of a namespace whose budgets, entitlement or unbound claims changed
 //!   ([`Change::Namespace`]);
 //! - a pod waiting for capacity whose first class has, on one of the nodes where room came free ([`Change::Node`],
-//!   or this pass's releases), at least the units it needs (an index by class and units answers it with a range);
+//!   or this pass's releases), at least the units it needs *now*: those are read in the queue's order from an index
+//!   by first class and creation, and a class's reading stops once the loosened nodes have fewer of its units free
+//!   than the least any of its waiters needs (this pass's placements only take), so room for one VM visits about
+//!   one VM, not every waiter that room could have fitted before the first took it;
 //! - a pod waiting for its budget or entitlement in a namespace whose bound units moved since the memo's pass.
 //!
 //! A change to a node or class ([`Change::Everything`]), or a journal that no longer reaches back to the memo,
@@ -21,8 +24,10 @@
 //! or tighter), so it is refused again for the same reason and the full scan would write nothing for it.
 //!
 //! One more check is on the state the pass leaves: a capacity waiter whose namespace's bound units of a budgeted
-//! class it needs moved (this pass's placements) would now wait for its budget (a budget is checked before
-//! capacity), so the remembered pods of a namespace whose bound units moved are judged again after serving.
+//! class grew past its budget less what it needs would now wait for its budget (a budget is checked before
+//! capacity), so those (an index by namespace, class and units answers it with a range) and the pods refused for
+//! their budget in a namespace whose bound units moved are judged again after serving. A capacity waiter still
+//! within its budgets waits for capacity, for the same reason, whatever its namespace's bound units are.
 //!
 //! The visited pods are served in the queue's order, so the pass's actions are exactly a full scan's (the property
 //! `remembering_waiters_decides_what_the_full_scan_decides`). Not remembered, so tried at every pass: a pod whose set
@@ -35,12 +40,13 @@
 //! next one. The caller says which: [`Waiting::landed`] after every write went through, [`Waiting::forget`]
 //! otherwise (the next pass visits every waiter). A pass costs what changed and what it places, not the queue.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, btree_set};
+use std::iter::Peekable;
 
 use smallvec::SmallVec;
 
 use super::reasons::Wait;
-use crate::model::{Change, Class, Name, Pod, View};
+use crate::model::{Change, Class, Name, Pod, Time, View};
 
 type Fixed = foldhash::fast::FixedState;
 
@@ -108,10 +114,24 @@ pub(super) struct Memo {
     pods: HashMap<Name, HashMap<Name, Remembered, Fixed>, Fixed>,
     /// (namespace, pod) of the gated pods tried at every pass.
     tried: BTreeSet<(Name, Name)>,
-    /// The pods remembered waiting for capacity: first class they need → (its units, namespace, pod).
-    by_units: BTreeMap<Name, BTreeSet<(u64, Name, Name)>>,
+    /// The pods remembered waiting for capacity, by the first class they need.
+    by_class: BTreeMap<Name, ClassQueue>,
+    /// (namespace, class) → (units of the class it needs, pod) of the pods remembered waiting for capacity within a
+    /// budget of that class: the ones a namespace's bound units growing past `budget − units` turn to wait for it.
+    budgeted: BTreeMap<(Name, Name), BTreeSet<(u64, Name)>>,
+    /// namespace → the pods remembered waiting for their budget or entitlement.
+    refused: BTreeMap<Name, BTreeSet<Name>>,
     /// namespace → its bound units after the last pass, for the namespaces with remembered pods.
     bound: BTreeMap<Name, Bound>,
+}
+
+/// The pods remembered waiting for capacity whose first class is one class.
+#[derive(Clone, Debug, Default)]
+struct ClassQueue {
+    /// (created, namespace, pod): the queue's order.
+    queue: BTreeSet<(Time, Name, Name)>,
+    /// Units of the class they need → how many need that many (the least of them ends a wake early).
+    units: BTreeMap<u64, usize>,
 }
 
 /// One pod left waiting for capacity, its budget or its entitlement.
@@ -119,31 +139,28 @@ pub(super) struct Memo {
 pub(super) struct Remembered {
     /// The pod's edition then.
     pub(super) edition: u64,
+    /// When it was created: its place in the queue.
+    pub(super) created: Time,
     /// Units per class its set needs, in class name order.
     pub(super) need: SmallVec<[(Name, u64); 1]>,
     /// Why it waits when that is its budget or entitlement (read again directly: no journal needed); `None` for
     /// capacity.
     pub(super) refused: Option<Wait>,
-    /// The namespace's bound units then, of each class the pod needs that has a budget there (a budget check comes
-    /// before capacity: bound units grown by other pods' placements could make it wait for its budget instead).
-    pub(super) bound: SmallVec<[(Name, u64); 1]>,
+    /// The classes it needs that have a budget in its namespace (a budget check comes before capacity: bound units
+    /// grown by other pods' placements could make it wait for its budget instead).
+    pub(super) budgeted: SmallVec<[Name; 1]>,
 }
 
 impl Remembered {
-    /// Whether why it waits reads its namespace's bound units.
-    fn reads_bound(&self) -> bool {
-        self.refused.is_some() || !self.bound.is_empty()
+    /// Units of `class` its set needs.
+    fn units_of(&self, class: &str) -> u64 {
+        self.need.iter().find(|(name, _)| name.as_str() == class).map_or(0, |(_, units)| *units)
     }
 }
 
 impl Memo {
     pub(super) fn get(&self, namespace: &str, pod: &str) -> Option<&Remembered> {
         self.pods.get(namespace)?.get(pod)
-    }
-
-    /// The remembered pods of a namespace.
-    fn of_namespace<'m>(&'m self, namespace: &str) -> impl Iterator<Item = (&'m Name, &'m Remembered)> {
-        self.pods.get(namespace).into_iter().flatten()
     }
 
     fn learn(&mut self, proposal: Proposal) {
@@ -164,10 +181,40 @@ impl Memo {
     }
 
     fn insert(&mut self, namespace: Name, pod: Name, remembered: Remembered) {
-        if let (None, Some((class, units))) = (&remembered.refused, remembered.need.first()) {
-            self.by_units.entry(class.clone()).or_default().insert((*units, namespace.clone(), pod.clone()));
-        }
+        self.index(&namespace, &pod, &remembered, true);
         self.pods.entry(namespace).or_default().insert(pod, remembered);
+    }
+
+    /// Adds the pod to the indexes of why it waits, or takes it out of them.
+    fn index(&mut self, namespace: &Name, pod: &Name, remembered: &Remembered, add: bool) {
+        if remembered.refused.is_some() {
+            let refused = self.refused.entry(namespace.clone()).or_default();
+            edit_set(refused, pod.clone(), add);
+            if refused.is_empty() {
+                self.refused.remove(namespace);
+            }
+            return;
+        }
+        if let Some((class, units)) = remembered.need.first() {
+            let waiters = self.by_class.entry(class.clone()).or_default();
+            edit_set(&mut waiters.queue, (remembered.created, namespace.clone(), pod.clone()), add);
+            let count = waiters.units.entry(*units).or_default();
+            *count = if add { *count + 1 } else { count.saturating_sub(1) };
+            if *count == 0 {
+                waiters.units.remove(units);
+            }
+            if waiters.queue.is_empty() {
+                self.by_class.remove(class);
+            }
+        }
+        for class in &remembered.budgeted {
+            let key = (namespace.clone(), class.clone());
+            let waiters = self.budgeted.entry(key.clone()).or_default();
+            edit_set(waiters, (remembered.units_of(class), pod.clone()), add);
+            if waiters.is_empty() {
+                self.budgeted.remove(&key);
+            }
+        }
     }
 
     fn drop(&mut self, namespace: &Name, pod: &Name) {
@@ -177,14 +224,15 @@ impl Memo {
         if pods.is_empty() {
             self.pods.remove(namespace.as_str());
         }
-        if let (None, Some((class, units))) = (&old.refused, old.need.first())
-            && let Some(waiters) = self.by_units.get_mut(class.as_str())
-        {
-            waiters.remove(&(*units, namespace.clone(), pod.clone()));
-            if waiters.is_empty() {
-                self.by_units.remove(class.as_str());
-            }
-        }
+        self.index(namespace, pod, &old, false);
+    }
+}
+
+fn edit_set<T: Ord>(set: &mut BTreeSet<T>, item: T, add: bool) {
+    if add {
+        set.insert(item);
+    } else {
+        set.remove(&item);
     }
 }
 
@@ -218,10 +266,11 @@ pub(super) enum Judged {
     Gone,
 }
 
-/// What changed since the memo's pass, as its pods read it: the most units of each class free on one of the nodes
-/// where room came free, and the namespaces, waiters and runs that changed.
+/// What changed since the memo's pass, as its pods read it: the nodes where room came free, and the namespaces,
+/// waiters and runs that changed.
 pub(super) struct Woken<'a> {
-    max_free: BTreeMap<&'a str, u64>,
+    /// The nodes where room came free (since the memo's pass, or released by this one), by name.
+    loosened: Vec<Name>,
     namespaces: BTreeSet<&'a str>,
     waiters: BTreeSet<(&'a str, &'a str)>,
     runs: BTreeSet<(&'a str, &'a str)>,
@@ -232,9 +281,9 @@ impl<'v> super::Pass<'v> {
     /// anything may have (a node or class changed, or the view does not remember that far back).
     pub(super) fn woken(&self, memo: &Memo) -> Option<Woken<'v>> {
         let view: &'v View = self.view;
-        let mut nodes: BTreeSet<&str> = BTreeSet::new();
+        let mut nodes: BTreeSet<Name> = BTreeSet::new();
         let mut woken = Woken {
-            max_free: BTreeMap::new(),
+            loosened: Vec::new(),
             namespaces: BTreeSet::new(),
             waiters: BTreeSet::new(),
             runs: BTreeSet::new(),
@@ -242,7 +291,7 @@ impl<'v> super::Pass<'v> {
         for change in view.changes_since(memo.generation)? {
             match change {
                 Change::Node(node) => {
-                    nodes.insert(node.as_str());
+                    nodes.insert(node.clone());
                 }
                 Change::Namespace(namespace) => {
                     woken.namespaces.insert(namespace.as_str());
@@ -257,15 +306,39 @@ impl<'v> super::Pass<'v> {
             }
         }
         let freed_here = self.units.values().flat_map(|by_node| by_node.iter()).filter(|(_, units)| **units > 0);
-        let freed_here: Vec<&str> = freed_here.map(|(node, _)| node.as_str()).collect();
-        woken.max_free = view
-            .classes()
-            .map(|class| {
-                let free = nodes.iter().copied().chain(freed_here.iter().copied()).map(|n| self.free(class, n));
-                (class.name.as_str(), free.map(|units| units.unwrap_or(0)).max().unwrap_or(0))
-            })
-            .collect();
+        nodes.extend(freed_here.map(|(node, _)| node.clone()));
+        woken.loosened = nodes.into_iter().collect();
         Some(woken)
+    }
+
+    /// The most units of `class` free on one of the nodes where room came free, now: this pass's placements only
+    /// take, so what a waiter found short earlier in the pass is short still.
+    fn room(&self, woken: &Woken<'_>, class: &Class) -> u64 {
+        woken.loosened.iter().map(|node| self.free(class, node).unwrap_or(0)).max().unwrap_or(0)
+    }
+
+    /// The remembered capacity waiters the room that came free may take, ready to be read in the queue's order.
+    pub(super) fn woke(&self, memo: &'v Memo) -> Woke<'v> {
+        let streams = memo.by_class.iter().filter_map(|(class, waiters)| {
+            let class = self.view.class(class)?;
+            let least = *waiters.units.keys().next()?;
+            Some(Stream { class, least, queue: waiters.queue.iter().peekable() })
+        });
+        Woke { streams: streams.collect(), pruned_at: None }
+    }
+
+    /// The next remembered capacity waiter in the queue's order whose first class has room on a loosened node for
+    /// the least any waiter of that class needs; a class whose room is below that ends (room only shrinks within a
+    /// pass). What it returns is a candidate: [`Self::still_refused`] says whether it is visited.
+    pub(super) fn peek_woke(&self, woke: &mut Woke<'v>, woken: &Woken<'_>) -> Option<(Time, &'v str, &'v str)> {
+        // Re-read the room only when this pass acted since: its placements take it.
+        if woke.pruned_at != Some(self.actions.len()) {
+            woke.streams.retain(|stream| self.room(woken, stream.class) >= stream.least);
+            woke.pruned_at = Some(self.actions.len());
+        }
+        woke.streams.retain_mut(|stream| stream.queue.peek().is_some());
+        let next = woke.streams.iter_mut().filter_map(|stream| stream.queue.peek().copied()).min()?;
+        Some((next.0, next.1.as_str(), next.2.as_str()))
     }
 
     /// The gated pods to visit before serving, besides those the memo holds unwoken: the tried ones and the ones
@@ -285,31 +358,31 @@ impl<'v> super::Pass<'v> {
             };
             visit.extend(pods.keys().map(|pod| (namespace.as_str(), pod.as_str())));
         }
-        for (class, waiters) in &memo.by_units {
-            let free = woken.max_free.get(class.as_str()).copied().unwrap_or(0);
-            if free == 0 {
-                continue;
-            }
-            let fitting = waiters.range(..(free + 1, Name::default(), Name::default()));
-            visit.extend(fitting.map(|(_, namespace, pod)| (namespace.as_str(), pod.as_str())));
-        }
         // A budget or entitlement refusal reads the bound units, which releases lower without naming the namespace.
         for namespace in self.bound_moved(memo) {
-            let refused = memo.of_namespace(namespace).filter(|(_, remembered)| remembered.refused.is_some());
-            visit.extend(refused.map(|(pod, _)| (namespace.as_str(), pod.as_str())));
+            let refused = memo.refused.get(namespace).into_iter().flatten();
+            visit.extend(refused.map(|pod| (namespace.as_str(), pod.as_str())));
         }
         visit
     }
 
-    /// The remembered pods whose reason reads bound units that moved since the memo's pass, now (after serving):
-    /// judged again on the state the pass leaves (unless this pass placed them).
+    /// The remembered pods whose reason the bound units that moved since the memo's pass may change, now (after
+    /// serving), judged again on the state the pass leaves (unless this pass placed them): those refused for their
+    /// budget or entitlement, and those waiting for capacity that the budget now leaves too little room.
     pub(super) fn to_judge_again(&self, memo: &'v Memo) -> Vec<(&'v str, &'v str)> {
         let mut judge = Vec::new();
         for namespace in self.bound_moved(memo) {
             let placed = |pod: &Name| self.pinned_pods.contains_key(&(namespace.clone(), pod.clone()));
-            let reading =
-                memo.of_namespace(namespace).filter(|(pod, remembered)| remembered.reads_bound() && !placed(pod));
-            judge.extend(reading.map(|(pod, _)| (namespace.as_str(), pod.as_str())));
+            let refused = memo.refused.get(namespace).into_iter().flatten().filter(|pod| !placed(pod));
+            judge.extend(refused.map(|pod| (namespace.as_str(), pod.as_str())));
+            let tenant = self.view.tenant(namespace);
+            let classes = memo.budgeted.range((namespace.clone(), Name::default())..);
+            for ((_, class), waiters) in classes.take_while(|((of, _), _)| of == namespace) {
+                let Some(budget) = tenant.and_then(|t| t.budget(class)) else { continue };
+                let left = budget.saturating_sub(self.bound_units(namespace, class));
+                let over = waiters.range((left + 1, Name::default())..).filter(|(_, pod)| !placed(pod));
+                judge.extend(over.map(|(_, pod)| (namespace.as_str(), pod.as_str())));
+            }
         }
         judge
     }
@@ -332,13 +405,12 @@ impl<'v> super::Pass<'v> {
         match &remembered.refused {
             // Its budget or entitlement, read now: refused still, so refused whatever capacity does.
             Some(_) => self.need_refused(namespace, remembered).is_some_and(|wait| wait.is_err()),
-            None => Self::no_room_for(remembered, woken, namespace),
+            None => self.no_room_for(remembered, woken, namespace),
         }
     }
 
     /// What the memo holds of `pod` when it would wait for the reason it has recorded, on the state this pass
-    /// leaves: refused still, its run alive, and for capacity its namespace's bound units of its budgeted classes
-    /// unchanged (a budget is checked first).
+    /// leaves: refused still, its run alive, and for capacity still within its budgets (a budget is checked first).
     pub(super) fn same_reason<'m>(&self, memo: &'m Memo, woken: &Woken<'_>, pod: &Pod) -> Option<&'m Remembered> {
         let remembered = self.same_edition(memo, &pod.namespace, &pod.name)?;
         if !pod.owner_vmi.as_ref().is_some_and(|vmi| self.run_alive(&pod.namespace, vmi)) {
@@ -349,8 +421,8 @@ impl<'v> super::Pass<'v> {
                 self.need_refused(&pod.namespace, remembered).is_some_and(|wait| wait.as_ref().err() == Some(refused))
             }
             None => {
-                Self::no_room_for(remembered, woken, &pod.namespace)
-                    && remembered.bound.iter().all(|(class, units)| self.bound_units(&pod.namespace, class) == *units)
+                self.no_room_for(remembered, woken, &pod.namespace)
+                    && (remembered.budgeted.is_empty() || self.need_refused(&pod.namespace, remembered) == Some(Ok(())))
             }
         };
         same.then_some(remembered)
@@ -362,9 +434,10 @@ impl<'v> super::Pass<'v> {
     }
 
     /// Whether nothing that loosened has room for a pod remembered waiting for capacity: its namespace did not
-    /// change, and one of its classes has fewer units free than it needs on every node where room came free.
-    fn no_room_for(remembered: &Remembered, woken: &Woken<'_>, namespace: &str) -> bool {
-        let short = |(class, units): &(Name, u64)| woken.max_free.get(class.as_str()).copied().unwrap_or(0) < *units;
+    /// change, and one of its classes has fewer units free now than it needs on every node where room came free.
+    fn no_room_for(&self, remembered: &Remembered, woken: &Woken<'_>, namespace: &str) -> bool {
+        let short =
+            |(class, units): &(Name, u64)| self.view.class(class).is_none_or(|class| self.room(woken, class) < *units);
         !woken.namespaces.contains(namespace) && remembered.need.iter().any(short)
     }
 
@@ -413,9 +486,9 @@ impl<'v> super::Pass<'v> {
         let Some(need) = self.need_of_template_set(pod) else { return Judged::Tried };
         let tenant = self.view.tenant(&pod.namespace);
         let budgeted = need.keys().filter(|class| tenant.and_then(|t| t.budget(class)).is_some());
-        let bound = budgeted.map(|class| (Name::from(*class), self.bound_units(&pod.namespace, class))).collect();
+        let budgeted = budgeted.map(|class| Name::from(*class)).collect();
         let need = need.iter().map(|(class, (_, units))| (Name::from(*class), *units)).collect();
-        Judged::Remembered(Remembered { edition, need, bound, refused })
+        Judged::Remembered(Remembered { edition, created: pod.created, need, budgeted, refused })
     }
 
     /// Ends the proposal: the bound units the pass leaves, of every namespace with remembered pods.
@@ -427,6 +500,34 @@ impl<'v> super::Pass<'v> {
         let bound = namespaces.into_iter().map(|namespace| (namespace.clone(), self.bound_of(namespace))).collect();
         if let Some(proposal) = self.remembering.as_mut() {
             proposal.bound = bound;
+        }
+    }
+}
+
+/// The remembered capacity waiters that room which came free may take, class by class, read in the queue's order.
+pub(super) struct Woke<'m> {
+    streams: Vec<Stream<'m>>,
+    /// How many actions the pass had when the room was last read.
+    pruned_at: Option<usize>,
+}
+
+/// One class's capacity waiters, the next first.
+struct Stream<'m> {
+    class: &'m Class,
+    /// The fewest units of the class any of them needs.
+    least: u64,
+    queue: Peekable<btree_set::Iter<'m, (Time, Name, Name)>>,
+}
+
+impl Woke<'_> {
+    /// Moves past the waiter [`super::Pass::peek_woke`] returned.
+    pub(super) fn advance(&mut self, created: Time, namespace: &str, pod: &str) {
+        for stream in &mut self.streams {
+            let next = stream.queue.peek();
+            if next.is_some_and(|(c, n, p)| *c == created && n.as_str() == namespace && p.as_str() == pod) {
+                stream.queue.next();
+                return;
+            }
         }
     }
 }
