@@ -54,7 +54,7 @@ const OBJECT_TARGETS: [&str; 24] = [
     "/data/templateClaimCreator",
 ];
 
-const SCENARIOS: [&str; 20] = [
+const SCENARIOS: [&str; 21] = [
     include_str!("../../scenarios/suite/01-migration-targets-ungated.yaml"),
     include_str!("../../scenarios/suite/02-start-backoff-avoidance.yaml"),
     include_str!("../../scenarios/suite/03-pin-and-ungate-in-one-update.yaml"),
@@ -74,10 +74,11 @@ const SCENARIOS: [&str; 20] = [
     include_str!("../../scenarios/suite/19-vms-from-chart-values.yaml"),
     include_str!("../../scenarios/examples/small.yaml"),
     include_str!("../../scenarios/perf/ref-1k.yaml"),
+    include_str!("../../scenarios/perf/gate-10k.yaml"),
     include_str!("../../reports/examples/erlang-scenario.yaml"),
 ];
 
-const SCENARIO_TARGETS: [&str; 37] = [
+const SCENARIO_TARGETS: [&str; 39] = [
     "",
     "/name",
     "/seed",
@@ -99,6 +100,8 @@ const SCENARIO_TARGETS: [&str; 37] = [
     "/workloads/0/gpus",
     "/workloads/0/gpus/0/claimTemplate/count",
     "/workloads/0/heldClaim",
+    "/workloads/1/from",
+    "/workloads/1/until",
     "/vms/0/at",
     "/vms/0/stopAt",
     "/vms/0/gpus",
