@@ -1,6 +1,7 @@
 //! One reconcile pass: placing one gated pod among 1,000 to 100,000 nodes (the placement index's walk), a pass over
-//! 10,000 claims that places 10 gated pods, and the steady-state pass over the same world with nothing waiting (the
-//! pass the controller runs on every event). Run: `cargo bench -p gpuclaim-engine --bench reconcile`.
+//! 10,000 claims that places 10 gated pods, the steady-state pass over the same world with nothing waiting (the
+//! pass the controller runs on every event), and the pass that places one VM with 10,000 waiting in a full cluster
+//! (issue 32). Run: `cargo bench -p gpuclaim-engine --bench reconcile`.
 //!
 //! The placement world keeps its claims few: nodes are partly used by pods outside claims (other workloads), which
 //! the placement index counts but the pass never scans, so the figure follows placement's cost as nodes grow, not
@@ -10,9 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use divan::{Bencher, black_box};
-use gpuclaim_engine::controller::{Action, Changes, apply, reconcile, reconcile_changes};
+use gpuclaim_engine::controller::{
+    Action, Changes, Waiting, apply, reconcile, reconcile_changes, reconcile_remembering,
+};
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim, vmi};
 use gpuclaim_engine::model::{GpuMode, Pod, PodPhase, Time, View, VmiPhase};
+use gpuclaim_engine::variant::Variant;
 
 const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 const L40S: &str = "nvidia.com/AD102GL_L40S";
@@ -216,4 +220,61 @@ fn pass_over_one_vm_start(bencher: Bencher) {
     assert_eq!(actions, reconcile(&view, now), "the pass over the change decides what the full pass does");
     assert_eq!(pins(&actions).len(), 1);
     bencher.bench(|| reconcile_changes(black_box(&view), black_box(now), black_box(&changes)));
+}
+
+const QUEUE_NODES: usize = 1_000;
+const QUEUE_WAITING: usize = 10_000;
+
+/// A full cluster with a long queue: 1,000 nodes of 8 × h100, each full with a pod outside claims, and 10,000 gated
+/// launchers (1,000 tenants × 10, created one second apart) each asking for 2 units. Settled with a controller's
+/// memo (`Waiting`) of the passes that left them waiting; then one node's pod shrinks to 6 units, so 2 come free.
+fn queue_world() -> (View, Waiting) {
+    let mut view = View::default();
+    view.upsert_class(fixtures::class("h100", H100, GpuMode::Passthrough, 8, 0));
+    for i in 0..QUEUE_NODES {
+        let name = format!("gpu-node-{i:04}");
+        view.upsert_node(gpu_node(&name, H100, 8));
+        view.upsert_pod(raw_pod(&format!("job-{i:04}"), &name, H100, 8));
+    }
+    add_tenants(&mut view, QUEUE_WAITING / 10, &["h100"]);
+    for k in 0..QUEUE_WAITING {
+        add_waiting_run(&mut view, &tenant(k / 10), &format!("vm-{k:05}"), "h100", H100, at(10 + k as i64));
+    }
+    let (now, mut waiting) = (at(20_000), Waiting::default());
+    for _ in 0..10 {
+        let actions = reconcile_remembering(&view, now, None, &Variant::SHIPPED, &mut waiting);
+        apply(&mut view, &actions, now).expect("the pass's own writes apply");
+        waiting.landed();
+        if actions.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(waiting.remembered(), QUEUE_WAITING, "every waiter is remembered waiting for capacity");
+    view.upsert_pod(raw_pod("job-0500", "gpu-node-0500", H100, 6));
+    (view, waiting)
+}
+
+#[divan::bench(sample_count = 30)]
+fn pass_placing_one_of_10k_waiting(bencher: Bencher) {
+    let (view, mut waiting) = queue_world();
+    let now = at(20_001);
+    let changes = Changes::default();
+    let actions = reconcile_remembering(&view, now, Some(&changes), &Variant::SHIPPED, &mut waiting);
+    assert_eq!(actions, reconcile(&view, now), "the remembering pass decides what the full scan decides");
+    assert_eq!(pins(&actions), ["gpu-node-0500"], "the oldest waiter takes the room");
+    let mut probe = waiting.clone();
+    reconcile_remembering(&view, now, Some(&changes), &Variant::SHIPPED, &mut probe);
+    probe.landed();
+    assert!(probe.visited() < 10, "the pass visits about the one it places, not the queue: {}", probe.visited());
+    bencher.bench_local(|| {
+        reconcile_remembering(black_box(&view), black_box(now), Some(&changes), &Variant::SHIPPED, &mut waiting)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn full_scan_placing_one_of_10k_waiting(bencher: Bencher) {
+    // The same pass without the memo: every waiter tried.
+    let (view, _) = queue_world();
+    let now = at(20_001);
+    bencher.bench(|| reconcile(black_box(&view), black_box(now)));
 }
