@@ -213,21 +213,24 @@ fn the_run_measures_gate_waits_and_counts_pods_set_waiting_by_reason() {
     assert_eq!(world.waiting_to_start(), vec![197_000]);
 }
 
+/// A 3-hour scenario of two nodes with `units` of one GPU class and a tenant `team` whose one workload of 1-CPU VMs
+/// is `workload` (its rate, lifetime, window and GPUs), built at seed 1.
+fn team_world(units: u32, workload: &str) -> (gpuclaim_sim::scenario::Scenario, World) {
+    let text = format!(
+        "name: team\nduration: 3h\ncluster:\n  classes: [{{name: gpu, resourceName: example.com/gpu, mode: Passthrough, \
+         maxCount: 1}}]\n  nodes: [{{prefix: gpu-, count: 2, cpu: '64', memory: 256Gi, devices: {{example.com/gpu: \
+         {units}}}}}]\n  tenants: [{{name: team}}]\nworkloads:\n- {{tenant: team, prefix: vm, cpu: '1', memory: 1Gi, \
+         {workload}}}\n"
+    );
+    let scenario = gpuclaim_sim::scenario::parse_scenario(&text).unwrap();
+    let world = scenario.build(1, EventLog::new(None)).unwrap();
+    (scenario, world)
+}
+
 #[test]
 fn the_first_leader_publishes_capacity_so_held_claims_can_be_ordered_before_any_claim_moves() {
-    let text = r#"
-name: held-only
-duration: 3h
-cluster:
-  classes: [{name: gpu, resourceName: example.com/gpu, mode: Passthrough, maxCount: 1}]
-  nodes: [{prefix: gpu-, count: 2, cpu: "64", memory: 256Gi, devices: {example.com/gpu: 5}}]
-  tenants: [{name: team}]
-workloads:
-- {tenant: team, prefix: vm, arrivalsPerHour: 2, meanLifetime: 30m, cpu: "1", memory: 1Gi,
-   heldClaim: {class: gpu, count: 1}}
-"#;
-    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
-    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    let workload = "arrivalsPerHour: 2, meanLifetime: 30m, heldClaim: {class: gpu, count: 1}";
+    let (scenario, mut world) = team_world(5, workload);
     world.run(scenario.duration.0, 1_000_000).unwrap();
     assert!(world.vm_starts() > 0, "orders went through");
     assert_eq!(world.stats().refusals.get("OrderRefused:NoCapacity"), None, "{:?}", world.stats().refusals);
@@ -235,19 +238,9 @@ workloads:
 
 #[test]
 fn a_workload_with_a_window_creates_vms_only_within_it() {
-    let text = r#"
-name: surge
-duration: 3h
-cluster:
-  classes: [{name: gpu, resourceName: example.com/gpu, mode: Passthrough, maxCount: 1}]
-  nodes: [{prefix: gpu-, count: 2, cpu: "64", memory: 256Gi, devices: {example.com/gpu: 8}}]
-  tenants: [{name: team}]
-workloads:
-- {tenant: team, prefix: vm, arrivalsPerHour: 60, meanLifetime: 1m, cpu: "1", memory: 1Gi, from: 1h, until: 2h,
-   gpus: [{claimTemplate: {class: gpu, count: 1}}]}
-"#;
-    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
-    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    let workload =
+        "arrivalsPerHour: 60, meanLifetime: 1m, from: 1h, until: 2h, gpus: [{claimTemplate: {class: gpu, count: 1}}]";
+    let (scenario, mut world) = team_world(8, workload);
     // When each VMI was first seen.
     let mut seen = BTreeMap::new();
     world
