@@ -4,8 +4,8 @@ use gpuclaim_engine::fixtures::{attached, bound, gated_launcher, held_claim, two
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Pod, Time, View};
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::apiserver::Kind;
 use gpuclaim_sim::apiserver::watch::ObjectKey;
+use gpuclaim_sim::apiserver::{ApiServer, Kind};
 use gpuclaim_sim::check::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 use gpuclaim_sim::kernel::Millis;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
@@ -193,11 +193,16 @@ fn a_pod_left_at_the_gate_while_its_set_fits_breaks_waiting_while_fits() {
     let name = pod.name.clone();
     view.upsert_pod(pod);
     view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
-    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    // As a checked twin run holds it: the API server's store, which keeps objects only unless the checks ask it to
+    // keep the placement index the sample runs the engine on.
+    let mut api = ApiServer::new(view, 0);
+    api.keep_placement_index();
+    let view = api.store();
+    let mut invariants = Invariants::new(view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
     let mut outcome = Ok(());
     // Sampled every quarter of the reaction time; the pod is old enough once the reaction time has passed.
     for second in (0..=150).step_by(5) {
-        outcome = check(&mut invariants, &view, Vec::new(), Millis::seconds(second));
+        outcome = check(&mut invariants, view, Vec::new(), Millis::seconds(second));
         if outcome.is_err() {
             break;
         }
@@ -210,10 +215,25 @@ fn a_pod_left_at_the_gate_while_its_set_fits_breaks_waiting_while_fits() {
     );
 
     // Without a leader nothing reconciles: no liveness failure however long it waits.
-    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    let mut invariants = Invariants::new(view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
     for second in (0..=600).step_by(5) {
         let at = Millis::seconds(second);
-        assert_eq!(invariants.check(&view, Vec::new(), at, time(at), false), Ok(()));
+        assert_eq!(invariants.check(view, Vec::new(), at, time(at), false), Ok(()));
+    }
+}
+
+#[test]
+#[should_panic(expected = "the liveness sample runs the engine on a store that keeps its placement index")]
+fn the_liveness_sample_refuses_a_store_that_keeps_objects_only() {
+    // Regression: the twin's store kept objects only (9a62f19), so the sample's engine found no free units anywhere
+    // and no pod ever fitted: the check passed blind. Sampling such a store is a mistake, not a pass.
+    let mut view = two_node_cluster();
+    view.upsert_pod(template_launcher("train", 2));
+    view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
+    let api = ApiServer::new(view, 0);
+    let mut invariants = Invariants::new(api.store(), Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    for second in (0..=150).step_by(5) {
+        let _ = check(&mut invariants, api.store(), Vec::new(), Millis::seconds(second));
     }
 }
 

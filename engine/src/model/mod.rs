@@ -260,6 +260,11 @@ impl View {
         std::borrow::Cow::Owned(built)
     }
 
+    /// Whether the placement index is kept (see [`View::keep_placement`]).
+    pub fn keeps_placement(&self) -> bool {
+        !self.objects_only
+    }
+
     /// Whether the placement index is kept (the default) or only objects and their lookups (`false`): turning it
     /// back on rebuilds it from the objects.
     pub fn keep_placement(&mut self, kept: bool) {

@@ -159,6 +159,12 @@ impl ApiServer {
         &self.store
     }
 
+    /// Keeps the store's placement index from now on (rebuilt from the objects once): for a reader that runs the
+    /// engine on the store itself, as the invariant checks' liveness sample does.
+    pub fn keep_placement_index(&mut self) {
+        self.store.keep_placement(true);
+    }
+
     pub fn watch(&mut self) -> &mut Watch {
         &mut self.watch
     }

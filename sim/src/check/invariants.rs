@@ -573,6 +573,11 @@ impl Invariants {
     /// Runs the engine on the cluster as it is (not on the controller's lagging cache): a gated pod it would place
     /// now fits. One that keeps fitting at every sample for longer than the reaction time is a liveness failure.
     fn sample_liveness(&mut self, store: &View, now: Millis, time: Time, leader: bool) -> Result<(), Violation> {
+        // On a store keeping objects only the engine finds no free units anywhere, and nothing would ever fit.
+        assert!(
+            store.keeps_placement(),
+            "the liveness sample runs the engine on a store that keeps its placement index"
+        );
         let reaction_ms = i64::try_from(self.reaction.0).unwrap_or(i64::MAX);
         let old_enough = |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
         // Without a leader nothing reconciles: the clock starts again once one leads.

@@ -42,9 +42,11 @@ impl std::fmt::Display for Stop {
     }
 }
 
-/// The invariant checks of one world: its API server keeps the journal they read.
+/// The invariant checks of one world: its API server keeps the journal they read, and the placement index their
+/// liveness sample runs the engine on.
 pub fn watch_invariants(world: &mut World, variant: Variant, reaction: Millis) -> Invariants {
     world.api.watch().keep_journal();
+    world.api.keep_placement_index();
     Invariants::new(world.store(), variant, reaction)
 }
 
