@@ -2,7 +2,7 @@
 
 use gpuclaim_engine::fixtures::{attached, bound, gated_launcher, held_claim, two_node_cluster};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Pod, Time, View};
+use gpuclaim_engine::model::{Pod, PodPhase, Time, View};
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::apiserver::watch::ObjectKey;
 use gpuclaim_sim::apiserver::{ApiServer, Kind};
@@ -220,6 +220,94 @@ fn a_pod_left_at_the_gate_while_its_set_fits_breaks_waiting_while_fits() {
         let at = Millis::seconds(second);
         assert_eq!(invariants.check(view, Vec::new(), at, time(at), false), Ok(()));
     }
+}
+
+/// Samples liveness every five seconds from `from` to `to` (seconds), `touched` handed in at the first: the first
+/// violation, with the second it came at.
+fn sample_from(
+    invariants: &mut Invariants,
+    view: &View,
+    touched: Vec<ObjectKey>,
+    from: u64,
+    to: u64,
+) -> Result<(), (u64, Violation)> {
+    let mut touched = Some(touched);
+    for second in (from..=to).step_by(5) {
+        let at = Millis::seconds(second);
+        check(invariants, view, touched.take().unwrap_or_default(), at).map_err(|violation| (second, violation))?;
+    }
+    Ok(())
+}
+
+/// Where a sample found the pod waiting while it fits: the second, and the node it fits on.
+fn waited_while_fitting(result: Result<(), (u64, Violation)>, pod: &str) -> (u64, String) {
+    let (second, violation) = result.expect_err("the pod must be reported");
+    assert_eq!(violation.invariant, Invariant::WaitingWhileFits, "{}", violation.detail);
+    let prefix = format!("Pod tenant-a/{pod} has waited at the gate since ");
+    assert!(violation.detail.starts_with(&prefix), "{}", violation.detail);
+    let node = violation.detail.rsplit(' ').next().unwrap_or_default().to_owned();
+    (second, node)
+}
+
+#[test]
+fn a_pod_with_no_room_anywhere_is_not_reported_until_room_comes_free() {
+    let mut view = two_node_cluster();
+    view.upsert_claim(bound(held_claim("tenant-b", "fill-1", "h100", 8), "gpu-1"));
+    view.upsert_claim(bound(held_claim("tenant-b", "fill-2", "h100", 4), "gpu-2"));
+    let pod = template_launcher("train", 2);
+    let name = pod.name.to_string();
+    view.upsert_pod(pod);
+    view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    assert_eq!(sample_from(&mut invariants, &view, Vec::new(), 0, 600), Ok(()), "no node has 2 units free");
+    // Room comes free on gpu-2 at 605 s: from then on the pod fits, and waiting past the reaction time breaks.
+    view.remove_claim("tenant-b", "fill-2");
+    let touched = vec![key(Kind::Claim, "tenant-b", "fill-2")];
+    let (second, node) = waited_while_fitting(sample_from(&mut invariants, &view, touched, 605, 900), &name);
+    assert_eq!(node, "gpu-2");
+    assert!(second > 605 + 60, "the clock starts when room comes free, not before: broke at {second} s");
+}
+
+#[test]
+fn a_pod_whose_units_are_free_only_where_the_cpu_is_taken_is_not_reported_until_the_cpu_comes_free() {
+    let mut view = two_node_cluster();
+    view.upsert_claim(bound(held_claim("tenant-b", "fill-2", "h100", 4), "gpu-2"));
+    // gpu-1 has its 8 units free, but a running pod takes all its 64 CPUs.
+    let mut hog = template_launcher("hog", 0);
+    hog.scheduling_gates.clear();
+    hog.node_name = Some("gpu-1".into());
+    hog.phase = PodPhase::Running;
+    hog.cpu_millis = 64_000;
+    let hog_name = hog.name.to_string();
+    view.upsert_pod(hog.clone());
+    let pod = template_launcher("train", 2);
+    let name = pod.name.to_string();
+    view.upsert_pod(pod);
+    view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    assert_eq!(sample_from(&mut invariants, &view, Vec::new(), 0, 600), Ok(()), "no node has the units and the CPU");
+    hog.phase = PodPhase::Succeeded;
+    view.upsert_pod(hog);
+    let touched = vec![key(Kind::Pod, "tenant-a", &hog_name)];
+    let (second, node) = waited_while_fitting(sample_from(&mut invariants, &view, touched, 605, 900), &name);
+    assert_eq!(node, "gpu-1");
+    assert!(second > 605 + 60, "broke at {second} s");
+}
+
+#[test]
+fn a_pod_whose_held_claim_is_bound_where_the_rest_fits_is_reported_on_a_full_cluster() {
+    // Every unit is taken, one node's by the pod's own held claim: its set needs nothing more there.
+    let mut view = two_node_cluster();
+    view.upsert_claim(bound(held_claim("tenant-b", "fill-1", "h100", 8), "gpu-1"));
+    view.upsert_claim(bound(held_claim("tenant-b", "fill-2", "h100", 2), "gpu-2"));
+    view.upsert_claim(bound(held_claim("tenant-a", "a", "h100", 2), "gpu-2"));
+    let pod = held_launcher("train", "a", 2);
+    let name = pod.name.to_string();
+    view.upsert_pod(pod);
+    view.upsert_vmi(gpuclaim_engine::fixtures::vmi("tenant-a", "train", Default::default(), None));
+    let mut invariants = Invariants::new(&view, Variant::SHIPPED, REACTION_TIME_DEFAULT);
+    let (_, node) = waited_while_fitting(sample_from(&mut invariants, &view, Vec::new(), 0, 300), &name);
+    assert_eq!(node, "gpu-2");
 }
 
 #[test]

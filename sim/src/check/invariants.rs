@@ -115,29 +115,67 @@ struct SeenPod {
     holds: Option<Name>,
     /// A gated role's attachments, as read from its annotations.
     attachments: Option<Attachments>,
+    /// What it requests of its node's CPU (millis) and memory (bytes).
+    cpu_millis: u64,
+    memory_bytes: u64,
 }
 
 impl SeenPod {
     /// The held claims it holds (none unless it holds its set).
     fn held(&self) -> impl Iterator<Item = &str> {
         let attachments = self.attachments.as_ref().filter(|_| self.holds.is_some());
-        attachments.into_iter().flat_map(|a| a.list.iter().filter_map(|(claim, _)| claim.as_deref()))
+        attachments.into_iter().flat_map(|a| a.held.iter().map(Name::as_str))
     }
 }
 
-/// A pod's attachments, (held claim name, template index) each, and the annotations they were read from: a pod
-/// written again with the same (shared) annotations has the same attachments, so the JSON is not parsed again.
+/// A pod's attachments, as read once from the annotations they came from: a pod written again with the same
+/// (shared) annotations has the same attachments, so the JSON is not parsed again.
 #[derive(Clone, Debug)]
 struct Attachments {
     from: Arc<BTreeMap<String, String>>,
-    list: Arc<[(Option<String>, Option<u32>)]>,
+    /// The held claims' names.
+    held: Arc<[Name]>,
+    /// Every claim of the set, held ones and the run's template claims, in list order.
+    claims: Arc<[Name]>,
+    /// Whether every attachment names a claim (one naming neither a claim nor a template is malformed).
+    named: bool,
+    /// The units the set needs per class, in class order.
+    units: Arc<[(String, u64)]>,
+}
+
+impl Attachments {
+    /// The pod's attachments (a run's template claims are named after its VMI).
+    fn read(pod: &Pod) -> Attachments {
+        let vmi = pod.owner_vmi.as_ref().map_or("", |vmi| vmi.name.as_str());
+        let listed = pod
+            .annotations
+            .get(keys::ANNOTATION_ATTACHMENTS)
+            .and_then(|json| parse_attachments(json).ok())
+            .unwrap_or_default();
+        let mut units: BTreeMap<String, u64> = BTreeMap::new();
+        for attachment in &listed {
+            *units.entry(attachment.class.clone()).or_default() += u64::from(attachment.count);
+        }
+        let claims = listed.iter().filter_map(|a| match (&a.claim, a.template) {
+            (Some(name), _) => Some(Name::from(name.as_str())),
+            (None, Some(index)) => Some(Name::from(template_claim_name(vmi, index).as_str())),
+            (None, None) => None,
+        });
+        Attachments {
+            from: Arc::clone(&pod.annotations),
+            held: listed.iter().filter_map(|a| a.claim.as_deref().map(Name::from)).collect(),
+            claims: claims.collect(),
+            named: listed.iter().all(|a| a.claim.is_some() || a.template.is_some()),
+            units: units.into_iter().collect(),
+        }
+    }
 }
 
 /// Equal when they list the same attachments, whichever annotations they were read from (`Arc`'s equality looks at
 /// the address first: a pod's unchanged attachments compare without reading them).
 impl PartialEq for Attachments {
     fn eq(&self, other: &Self) -> bool {
-        self.list == other.list
+        (&self.held, &self.claims, self.named, &self.units) == (&other.held, &other.claims, other.named, &other.units)
     }
 }
 
@@ -182,6 +220,14 @@ pub struct Invariants {
     mismatched: BTreeMap<Key, Millis>,
     /// Gated pods whose set fits on some node, since when (continuously at every sample).
     fitting: BTreeMap<Key, (Millis, String)>,
+    /// The gated pods, as the liveness sample's shortcut counts them (see [`Invariants::none_can_fit`]).
+    waiters: Ledger<Key, Waiter>,
+    /// How many of them have each demand.
+    demands: BTreeMap<Demand, u32>,
+    /// How many of them have none the shortcut can judge (a claim of theirs bound, attachments unread).
+    unjudged: u32,
+    /// (namespace, claim) → the gated pods that list it (whose demand its binding moves).
+    listing: Ledger<Key, BTreeSet<Key>>,
     next_sample: Millis,
     /// The buffer the last event's keys came in, kept so the next event's fit without growing one again.
     journal: Vec<ObjectKey>,
@@ -214,6 +260,10 @@ impl Invariants {
             usage_claims: Ledger::default(),
             mismatched: BTreeMap::new(),
             fitting: BTreeMap::new(),
+            waiters: Ledger::default(),
+            demands: BTreeMap::new(),
+            unjudged: 0,
+            listing: Ledger::default(),
             next_sample: Millis::ZERO,
             journal: Vec::new(),
             entitled: store.tenants().filter(|(_, t)| t.vgpu_entitled).map(|(namespace, _)| namespace.into()).collect(),
@@ -343,6 +393,12 @@ impl Invariants {
             return None;
         }
         let old = self.claims.remove(&key);
+        if old.as_ref().and_then(|old| old.node.as_ref()) != stored.and_then(|claim| claim.node.as_ref()) {
+            let listing: Vec<Key> = self.listing.get(&key).into_iter().flatten().cloned().collect();
+            for pod in listing {
+                self.judge_waiter(store, &pod);
+            }
+        }
         let new = stored.map(|claim| SeenClaim {
             node: claim.node.clone(),
             resource: resource(claim).into(),
@@ -496,8 +552,16 @@ impl Invariants {
                 }
             }
         }
+        // Its demand moves only with its gate, its attachments or what it requests (booking it moves nothing).
+        let demand_moved = (old.gated || new.gated)
+            && (old.gated != new.gated
+                || old.attachments != new.attachments
+                || (old.cpu_millis, old.memory_bytes) != (new.cpu_millis, new.memory_bytes));
         if pod.is_some() {
-            self.pods.insert(key, new);
+            self.pods.insert(key.clone(), new);
+        }
+        if demand_moved {
+            self.judge_waiter(store, &key);
         }
         fresh
     }
@@ -531,7 +595,7 @@ impl Invariants {
         // Only a pod the gate holds needs them read (the annotation is JSON: read again only when it changed).
         let attachments = gated_role.then(|| match &old.attachments {
             Some(read) if Arc::ptr_eq(&read.from, &pod.annotations) => read.clone(),
-            _ => Attachments { from: Arc::clone(&pod.annotations), list: attachments(pod).into() },
+            _ => Attachments::read(pod),
         });
         let booked_on = pod.node_name.clone().filter(|_| live);
         SeenPod {
@@ -541,20 +605,16 @@ impl Invariants {
             gated: gated_role && gated,
             holds,
             attachments,
+            cpu_millis: pod.cpu_millis,
+            memory_bytes: pod.memory_bytes,
         }
     }
 
     /// Every claim of the pod's set is bound to `node`.
     fn whole_set_on(&self, store: &View, pod: &Pod, seen: &SeenPod, node: &str) -> Result<(), Violation> {
-        let vmi = pod.owner_vmi.as_ref().map_or("", |vmi| vmi.name.as_str());
-        let listed = seen.attachments.as_ref().map_or(&[][..], |a| &a.list[..]);
-        for (held, template) in listed {
-            let name = match (held, template) {
-                (Some(name), _) => std::borrow::Cow::Borrowed(name.as_str()),
-                (None, Some(index)) => template_claim_name(vmi, *index).into(),
-                (None, None) => continue,
-            };
-            let at = store.claim(&pod.namespace, &name).and_then(|claim| claim.node.as_deref());
+        let claims = seen.attachments.as_ref().map_or(&[][..], |a| &a.claims[..]);
+        for name in claims {
+            let at = store.claim(&pod.namespace, name).and_then(|claim| claim.node.as_deref());
             if at != Some(node) {
                 return Err(violation(
                     Invariant::SetSplit,
@@ -581,7 +641,12 @@ impl Invariants {
         let reaction_ms = i64::try_from(self.reaction.0).unwrap_or(i64::MAX);
         let old_enough = |pod: &Pod| time.as_millisecond().saturating_sub(pod.created.as_millisecond()) > reaction_ms;
         // Without a leader nothing reconciles: the clock starts again once one leads.
-        if !leader || !store.gated_pods().any(old_enough) {
+        // The gated pods come oldest first: if the first is not old enough, none is.
+        if !leader || !store.gated_pods().next().is_some_and(old_enough) {
+            self.fitting.clear();
+            return Ok(());
+        }
+        if self.none_can_fit(store) {
             self.fitting.clear();
             return Ok(());
         }
@@ -609,21 +674,128 @@ impl Invariants {
         }
         Ok(())
     }
+
+    /// Whether no gated pod can be placed now, as the engine's pass would find it, read from the store's placement
+    /// index without judging a pod on a node: every gated pod has its whole set unbound, and for one of its classes
+    /// no node with the units it needs free has the pod's CPU and memory free as well. A pass with no changes visits
+    /// no claims, so it frees nothing before it serves the waiters, and serving only takes: the full scan refuses
+    /// such a pod too. The gated pods are counted by demand as they change, so this costs the demands, not the
+    /// queue; one with a claim bound (its node is fixed), or whose attachments the checks did not read, is not
+    /// judged here: while there is one, the sample runs the engine.
+    fn none_can_fit(&self, store: &View) -> bool {
+        if self.unjudged > 0 {
+            return false;
+        }
+        // (class, units) → the room its candidate nodes have, read once per sample.
+        let mut rooms: BTreeMap<(&str, u64), Room> = BTreeMap::new();
+        self.demands.keys().all(|demand| {
+            !demand.units.is_empty()
+                && demand.units.iter().any(|(class, units)| {
+                    let room = rooms.entry((class, *units)).or_insert_with(|| Room::of(store, class, *units));
+                    !room.takes(demand.cpu_millis, demand.memory_bytes)
+                })
+        })
+    }
+
+    /// Counts a pod's demand again (after it or a claim it lists changed): gated, its listed claims' keys and, if
+    /// none of them is bound, the units per class it needs on one node with its CPU and memory.
+    fn judge_waiter(&mut self, store: &View, key: &Key) {
+        if let Some(old) = self.waiters.remove(key) {
+            for claim in &old.claims {
+                if let Some(pods) = self.listing.get_mut(claim) {
+                    pods.remove(key);
+                    if pods.is_empty() {
+                        self.listing.remove(claim);
+                    }
+                }
+            }
+            match old.demand {
+                Some(demand) => {
+                    if let Some(count) = self.demands.get_mut(&demand) {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.demands.remove(&demand);
+                        }
+                    }
+                }
+                None => self.unjudged -= 1,
+            }
+        }
+        let Some(seen) = self.pods.get(key).filter(|seen| seen.gated) else { return };
+        let attachments = seen.attachments.as_ref();
+        let claims: Vec<Key> =
+            attachments.into_iter().flat_map(|a| a.claims.iter()).map(|name| (key.0.clone(), name.clone())).collect();
+        let unbound =
+            claims.iter().all(|(namespace, name)| store.claim(namespace, name).is_none_or(|c| c.node.is_none()));
+        let demand = attachments.filter(|a| a.named && unbound).map(|a| Demand {
+            units: Arc::clone(&a.units),
+            cpu_millis: seen.cpu_millis,
+            memory_bytes: seen.memory_bytes,
+        });
+        match &demand {
+            Some(demand) => *self.demands.entry(demand.clone()).or_insert(0) += 1,
+            None => self.unjudged += 1,
+        }
+        for claim in &claims {
+            self.listing.entry(claim.clone()).or_default().insert(key.clone());
+        }
+        self.waiters.insert(key.clone(), Waiter { claims, demand });
+    }
+}
+
+/// What a gated pod asks of the one node its set goes to: units per class (in class order), CPU and memory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Demand {
+    units: Arc<[(String, u64)]>,
+    cpu_millis: u64,
+    memory_bytes: u64,
+}
+
+/// A gated pod, as the liveness sample's shortcut counts it.
+#[derive(Debug)]
+struct Waiter {
+    /// The claims it lists.
+    claims: Vec<Key>,
+    /// Its demand; none when the shortcut cannot judge it.
+    demand: Option<Demand>,
+}
+
+/// The CPU and memory free on the nodes that have some units of a class free: the nodes no other of them has more
+/// of both free than (the Pareto front), most CPU first.
+struct Room(Vec<(u64, u64)>);
+
+impl Room {
+    /// The room on the nodes with `units` of `class` free (the class's eligible nodes, as its index holds them).
+    fn of(store: &View, class: &str, units: u64) -> Room {
+        let capacity = store.capacity();
+        let mut free: Vec<(u64, u64)> = capacity
+            .candidates(class, units)
+            .filter_map(|(_, name)| {
+                let node = store.node(name)?;
+                let load = capacity.load(name);
+                let cpu = node.cpu_millis.saturating_sub(load.map_or(0, |l| l.cpu_millis));
+                let memory = node.memory_bytes.saturating_sub(load.map_or(0, |l| l.memory_bytes));
+                Some((cpu, memory))
+            })
+            .collect();
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        let mut front: Vec<(u64, u64)> = Vec::new();
+        for (cpu, memory) in free {
+            if front.last().is_none_or(|(_, most)| memory > *most) {
+                front.push((cpu, memory));
+            }
+        }
+        Room(front)
+    }
+
+    /// Whether one of the nodes has `cpu` millis and `memory` bytes free.
+    fn takes(&self, cpu: u64, memory: u64) -> bool {
+        self.0.iter().take_while(|(free, _)| *free >= cpu).any(|(_, free)| *free >= memory)
+    }
 }
 
 fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
     ObjectKey { kind, namespace: namespace.into(), name: name.into() }
-}
-
-/// The pod's attachments: (held claim name, template index) each.
-fn attachments(pod: &Pod) -> Vec<(Option<String>, Option<u32>)> {
-    pod.annotations
-        .get(keys::ANNOTATION_ATTACHMENTS)
-        .and_then(|json| parse_attachments(json).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|a| (a.claim, a.template))
-        .collect()
 }
 
 /// One open usage record iff the claim is attached (none once it is gone).
