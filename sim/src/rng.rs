@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use rand::SeedableRng;
+use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
+
+use crate::kernel::Millis;
 
 /// Domain separation: a change of derivation must change this tag (and every recorded hash with it).
 const STREAM_TAG: &[u8] = b"gpuclaim-sim/actor-stream/v1";
@@ -47,10 +49,17 @@ impl Streams {
     }
 }
 
+/// An exponentially distributed draw with the given mean, in whole milliseconds (at least 1). `libm`'s logarithm
+/// is the same on every machine, which the event-log hash needs.
+pub fn exponential(rng: &mut ChaCha8Rng, mean: Millis) -> Millis {
+    // Uniform in (0, 1]: never zero, so the logarithm is finite.
+    let uniform = (rng.random_range(0..(1u64 << 53)) + 1) as f64 / (1u64 << 53) as f64;
+    let draw = -libm::log(uniform) * mean.0 as f64;
+    Millis((draw as u64).max(1))
+}
+
 #[cfg(test)]
 mod tests {
-    use rand::RngExt;
-
     use super::*;
 
     fn draws(rng: &mut ChaCha8Rng) -> Vec<u32> {
@@ -77,4 +86,13 @@ mod tests {
     }
 
     const PINNED: [u32; 8] = [660, 141, 217, 754, 259, 863, 90, 893];
+
+    #[test]
+    fn exponential_draws_have_the_mean_asked() {
+        let mut rng = actor_stream(1, "workload");
+        let mean = Millis::seconds(60);
+        let total: u64 = (0..20_000).map(|_| exponential(&mut rng, mean).0).sum();
+        let observed = total / 20_000;
+        assert!((57_000..63_000).contains(&observed), "{observed}");
+    }
 }

@@ -25,7 +25,6 @@ use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::rules::{Refusal, RenderRefusal, read_values, render_vm};
 use gpuclaim_engine::variant::Variant;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use rand::RngExt;
 use serde::Deserialize;
 
 use crate::check::{Expectation, ExpectationSpec, REACTION_TIME_DEFAULT};
@@ -899,19 +898,9 @@ fn vm_spec(
     })
 }
 
-/// An exponentially distributed draw with the given mean, in whole milliseconds (at least 1). `libm`'s logarithm
-/// is the same on every machine, which the event-log hash needs.
-pub fn exponential(rng: &mut rand_chacha::ChaCha8Rng, mean: Millis) -> Millis {
-    // Uniform in (0, 1]: never zero, so the logarithm is finite.
-    let uniform = (rng.random_range(0..(1u64 << 53)) + 1) as f64 / (1u64 << 53) as f64;
-    let draw = -libm::log(uniform) * mean.0 as f64;
-    Millis((draw as u64).max(1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::actor_stream;
 
     #[test]
     fn a_json_document_is_read_as_json_and_a_yaml_flow_mapping_still_as_yaml() {
@@ -1096,14 +1085,5 @@ mod tests {
         assert!(error.to_string().starts_with("field duration: \"soon\""), "{error}");
         let error = parse_scenario("name: x\nduraton: 1h\n").unwrap_err();
         assert!(error.to_string().contains("unknown field `duraton`"), "{error}");
-    }
-
-    #[test]
-    fn exponential_draws_have_the_mean_asked() {
-        let mut rng = actor_stream(1, "workload");
-        let mean = Millis::seconds(60);
-        let total: u64 = (0..20_000).map(|_| exponential(&mut rng, mean).0).sum();
-        let observed = total / 20_000;
-        assert!((57_000..63_000).contains(&observed), "{observed}");
     }
 }

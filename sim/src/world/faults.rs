@@ -8,7 +8,7 @@ use rand::RngExt;
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
-use crate::scenario::exponential;
+use crate::rng::exponential;
 
 /// The faults of a run (all off by default).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -7,7 +7,7 @@ use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 
 use super::{Event, VmSpec, World, WorldError};
 use crate::kernel::Millis;
-use crate::scenario::exponential;
+use crate::rng::exponential;
 
 /// VMs arriving as a Poisson process.
 #[derive(Clone, Debug)]
