@@ -93,6 +93,12 @@ impl PodRole {
     pub fn is_gated(self) -> bool {
         matches!(self, PodRole::Launcher | PodRole::VolumeBinder)
     }
+
+    /// The roles the placement gate holds under an engine variant: `gate_migration_targets` adds the migration
+    /// target. The pod webhook gates these, and the invariant checks follow the pods it gated.
+    pub fn is_gated_under(self, variant: &Variant) -> bool {
+        self.is_gated() || (variant.gate_migration_targets && self == PodRole::MigrationTarget)
+    }
 }
 
 /// Tells a pod's role from its labels and annotations alone.
@@ -135,9 +141,7 @@ pub fn mutate_pod(view: &View, pod: &Pod) -> Result<PodPatch, PodRefusal> {
 /// [`mutate_pod`] under an engine variant: `gate_migration_targets` treats a migration target like a launcher;
 /// `no_class_tolerations` adds the gate alone.
 pub fn mutate_pod_with(view: &View, pod: &Pod, variant: &Variant) -> Result<PodPatch, PodRefusal> {
-    let role = pod_role(pod);
-    let gated = role.is_gated() || (variant.gate_migration_targets && role == PodRole::MigrationTarget);
-    if !gated {
+    if !pod_role(pod).is_gated_under(variant) {
         return Ok(PodPatch::default());
     }
     let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(PodRefusal::MissingAttachments)?;

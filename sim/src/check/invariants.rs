@@ -15,7 +15,7 @@ use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, templ
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
-use gpuclaim_engine::rules::{PodRole, pod_role};
+use gpuclaim_engine::rules::pod_role;
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
 
@@ -588,8 +588,7 @@ impl Invariants {
 
     fn seen(&self, pod: &Pod, old: &SeenPod) -> SeenPod {
         let live = !pod.phase.is_terminal();
-        let role = pod_role(pod);
-        let gated_role = role.is_gated() || (self.variant.gate_migration_targets && role == PodRole::MigrationTarget);
+        let gated_role = pod_role(pod).is_gated_under(&self.variant);
         let gated = pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT);
         let holds = pod.owner_vmi.as_ref().filter(|_| live && gated_role && !gated).map(|vmi| vmi.uid.clone());
         // Only a pod the gate holds needs them read (the annotation is JSON: read again only when it changed).
