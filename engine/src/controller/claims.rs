@@ -3,7 +3,7 @@
 
 use super::actions::{ClaimStatus, EventKind, ObjectRef};
 use super::reasons::Wait;
-use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, follow_to, key_of};
+use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, follow_to, is_live_run, key_of};
 use crate::model::{Claim, ClaimPhase, GpuMode};
 
 impl<'v> Pass<'v> {
@@ -42,8 +42,7 @@ impl<'v> Pass<'v> {
             return;
         };
         let run = self.view.vmi(&claim.namespace, &vmi.name);
-        let alive = run.is_some_and(|v| (vmi.uid.is_empty() || v.uid == vmi.uid) && !v.phase.is_final());
-        if !alive {
+        if !run.is_some_and(|stored| is_live_run(vmi, stored)) {
             if claim.template {
                 self.release_template(claim, &format!("run {:?} ended", vmi.name));
             } else if !claim.deleting {

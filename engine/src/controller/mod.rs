@@ -61,6 +61,12 @@ pub fn vmi_change_matters(cached: Option<&Vmi>, incoming: &Vmi) -> bool {
     cached.is_none_or(|cached| read(cached) != read(incoming))
 }
 
+/// Whether `stored` (the VMI of the name `run` refers to) is that run, not ended: the same uid (a reference
+/// without one names whichever run is stored) and not in a final phase.
+fn is_live_run(run: &VmiRef, stored: &Vmi) -> bool {
+    (run.uid.is_empty() || stored.uid == run.uid) && !stored.phase.is_final()
+}
+
 /// Where a run runs, once Running.
 fn running_on(vmi: &Vmi) -> Option<&Name> {
     (vmi.phase == VmiPhase::Running).then_some(vmi.node_name.as_ref()).flatten()
@@ -375,9 +381,7 @@ impl<'v> Pass<'v> {
 
     /// Whether the run a claim is attached to still holds it: the VMI exists as that run and has not ended.
     fn run_alive(&self, namespace: &str, vmi: &VmiRef) -> bool {
-        self.view
-            .vmi(namespace, &vmi.name)
-            .is_some_and(|v| (vmi.uid.is_empty() || v.uid == vmi.uid) && !v.phase.is_final())
+        self.view.vmi(namespace, &vmi.name).is_some_and(|stored| is_live_run(vmi, stored))
     }
 
     fn event(&mut self, kind: EventKind, object: ObjectRef, reason: &'static str, message: String) {
