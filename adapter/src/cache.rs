@@ -1,5 +1,6 @@
 //! The caches: one kube-runtime watcher per kind, folded into the engine's [`View`] (the store both the webhooks
-//! and the reconciler read), plus the keys each event touched for the reconciler's next pass.
+//! and the reconciler read) through the controller runtime's work queue, which keeps the keys each event touched
+//! for the reconciler's next pass and filters out what no pass reads (`engine::controller::runtime`).
 //!
 //! A (re)list is buffered and applied at once when it completes, so the view never shows half a list; objects a
 //! relist no longer holds are removed then. An object the engine cannot read is logged and its previous version kept
@@ -13,10 +14,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
-use gpuclaim_engine::controller::{Changes, run_key_visits, vmi_key_needed};
+use gpuclaim_engine::controller::runtime::{self, Change, Kind, Object, Quota, WorkQueue};
 use gpuclaim_engine::convert::{self, ConvertError};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Settings, View};
+use gpuclaim_engine::model::View;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ResourceQuota};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
@@ -82,12 +83,12 @@ impl CacheKind {
     }
 }
 
-/// The view, the keys changed since the reconciler last took them, and which kinds have synced.
+/// The view, the work queue of what changed since the reconciler's last pass, and which kinds have synced.
 pub struct Caches {
     pub view: SharedView,
-    /// A lock that does not poison: the keys are hints for the next pass (a full pass needs none), and a view a
-    /// change panicked in is poisoned on its own.
-    changes: parking_lot::Mutex<Changes>,
+    /// Taken after the view's lock, never before. A lock that does not poison: the keys are hints for the next pass
+    /// (a full pass needs none), and a view a change panicked in is poisoned on its own.
+    pub queue: parking_lot::Mutex<WorkQueue>,
     wake: Notify,
     synced: watch::Sender<BTreeSet<CacheKind>>,
 }
@@ -96,7 +97,7 @@ impl Caches {
     pub fn new(view: SharedView) -> Arc<Caches> {
         Arc::new(Caches {
             view,
-            changes: parking_lot::Mutex::new(Changes::default()),
+            queue: parking_lot::Mutex::new(WorkQueue::default()),
             wake: Notify::new(),
             synced: watch::Sender::new(BTreeSet::new()),
         })
@@ -117,23 +118,21 @@ impl Caches {
         self.synced.borrow().len() == CacheKind::ALL.len()
     }
 
-    /// The keys changed since the last call.
-    pub fn take_changes(&self) -> Changes {
-        std::mem::take(&mut *self.changes.lock())
-    }
-
     /// Waits for the next change (one that happened since the last wait counts).
     pub async fn changed(&self) {
         self.wake.notified().await;
     }
 
-    /// Applies one change to the view and records its keys, then wakes the reconciler.
-    pub fn apply(&self, change: impl FnOnce(&mut View, &mut Changes)) -> Result<(), ViewPoisoned> {
-        {
+    /// Applies watch events to the view through the work queue; wakes the reconciler when one of them needs a pass.
+    pub fn apply(&self, changes: impl IntoIterator<Item = Change>) -> Result<(), ViewPoisoned> {
+        let woke = {
             let mut view = self.view.write()?;
-            change(&mut view, &mut self.changes.lock());
+            let mut queue = self.queue.lock();
+            changes.into_iter().fold(false, |woke, change| queue.observe(&mut view, change) | woke)
+        };
+        if woke {
+            self.wake.notify_one();
         }
-        self.wake.notify_one();
         Ok(())
     }
 
@@ -192,21 +191,25 @@ impl Caches {
 /// (namespace, name); cluster-scoped objects have an empty namespace.
 pub type Key = (String, String);
 
-/// How one kind goes into the view, in two steps: [`Cached::read`] turns the object into the engine's terms
-/// (parsing what the API server holds, which may be anything) before the view's lock is taken, and
-/// [`Cached::insert`] puts the result in under it (the engine's bookkeeping only; see shared.rs for why).
+/// How one kind goes into the view: [`Cached::read`] turns the object into the engine's terms (parsing what the API
+/// server holds, which may be anything) before the view's lock is taken; the work queue then folds it in under the
+/// lock (the engine's bookkeeping only; see shared.rs for why).
 pub trait Cached: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
     const KIND: CacheKind;
-    /// The object as the engine holds it.
-    type Model: Send;
-    /// Reads the object into the engine's terms.
-    fn read(&self) -> Result<Self::Model, ConvertError>;
-    /// Puts the object read at `key` into the view, recording the keys the reconciler visits for it.
-    fn insert(key: &Key, model: Self::Model, view: &mut View, changes: &mut Changes);
-    /// Takes the object out of the view.
-    fn remove(key: &Key, view: &mut View, changes: &mut Changes);
-    /// The keys of this kind the view holds, when it can list them: the writer also puts objects into the view,
-    /// and a relist must be able to remove those too.
+    /// The object in the engine's terms; `None` when this watch leaves it to another.
+    fn read(&self) -> Result<Option<Object>, ConvertError>;
+    /// The deletion of the object at `key` as a watch event (`revision`: the deleted object's resourceVersion,
+    /// empty: gone whatever the view holds); `None` when the object is another watch's.
+    fn deletion((namespace, name): &Key, revision: &str, _view: &View) -> Option<Change> {
+        Some(Change::Delete {
+            kind: Self::KIND.kind(),
+            namespace: namespace.into(),
+            name: name.into(),
+            revision: revision.into(),
+        })
+    }
+    /// The keys of this kind the view holds, when it can list them: the controller's own writes also go into the
+    /// view, and a relist must be able to remove those too.
     fn view_keys(_view: &View) -> Vec<Key> {
         Vec::new()
     }
@@ -216,17 +219,31 @@ pub fn key_of<K: Resource>(object: &K) -> Key {
     (object.namespace().unwrap_or_default(), object.name_any())
 }
 
+fn version_of<K: Resource>(object: &K) -> String {
+    object.meta().resource_version.clone().unwrap_or_default()
+}
+
+impl CacheKind {
+    /// The kind of object the engine caches from this watch.
+    pub fn kind(self) -> Kind {
+        match self {
+            CacheKind::Classes => Kind::Class,
+            CacheKind::Claims => Kind::Claim,
+            CacheKind::Usages => Kind::Usage,
+            CacheKind::Pods | CacheKind::OtherPods => Kind::Pod,
+            CacheKind::Vmis => Kind::Vmi,
+            CacheKind::Nodes => Kind::Node,
+            CacheKind::Quotas => Kind::Quota,
+            CacheKind::Namespaces => Kind::Namespace,
+            CacheKind::Settings => Kind::Settings,
+        }
+    }
+}
+
 impl Cached for GPUClass {
     const KIND: CacheKind = CacheKind::Classes;
-    type Model = gpuclaim_engine::model::Class;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        Ok(convert::class_from_kube(self))
-    }
-    fn insert(_: &Key, class: Self::Model, view: &mut View, _: &mut Changes) {
-        view.upsert_class(class);
-    }
-    fn remove((_, name): &Key, view: &mut View, _: &mut Changes) {
-        view.remove_class(name);
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        Ok(Some(Object::Class(convert::class_from_kube(self))))
     }
     fn view_keys(view: &View) -> Vec<Key> {
         view.classes().map(|c| (String::new(), c.name.clone())).collect()
@@ -235,17 +252,8 @@ impl Cached for GPUClass {
 
 impl Cached for GPUClaim {
     const KIND: CacheKind = CacheKind::Claims;
-    type Model = gpuclaim_engine::model::Claim;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        Ok(convert::claim_from_kube(self, &self.namespace().unwrap_or_default()))
-    }
-    fn insert((namespace, name): &Key, claim: Self::Model, view: &mut View, changes: &mut Changes) {
-        view.upsert_claim(claim);
-        changes.claims.insert((namespace.as_str().into(), name.as_str().into()));
-    }
-    fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
-        view.remove_claim(namespace, name);
-        changes.claims.insert((namespace.as_str().into(), name.as_str().into()));
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        Ok(Some(Object::Claim(convert::claim_from_kube(self, &self.namespace().unwrap_or_default()))))
     }
     fn view_keys(view: &View) -> Vec<Key> {
         view.claims().map(|c| (c.namespace.to_string(), c.name.to_string())).collect()
@@ -254,15 +262,8 @@ impl Cached for GPUClaim {
 
 impl Cached for GPUUsage {
     const KIND: CacheKind = CacheKind::Usages;
-    type Model = gpuclaim_engine::model::Usage;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        Ok(convert::usage_from_kube(self, &self.namespace().unwrap_or_default()))
-    }
-    fn insert(_: &Key, usage: Self::Model, view: &mut View, _: &mut Changes) {
-        view.upsert_usage(usage);
-    }
-    fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
-        view.remove_usage(namespace, name);
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        Ok(Some(Object::Usage(convert::usage_from_kube(self, &self.namespace().unwrap_or_default()))))
     }
     fn view_keys(view: &View) -> Vec<Key> {
         view.usages().map(|u| (u.namespace.to_string(), u.name.to_string())).collect()
@@ -271,15 +272,8 @@ impl Cached for GPUUsage {
 
 impl Cached for Pod {
     const KIND: CacheKind = CacheKind::Pods;
-    type Model = gpuclaim_engine::model::Pod;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        convert::pod_from_kube(self, &self.namespace().unwrap_or_default())
-    }
-    fn insert(_: &Key, pod: Self::Model, view: &mut View, _: &mut Changes) {
-        view.upsert_pod(pod);
-    }
-    fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
-        view.remove_pod(namespace, name);
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        convert::pod_from_kube(self, &self.namespace().unwrap_or_default()).map(|pod| Some(Object::Pod(pod)))
     }
     fn view_keys(view: &View) -> Vec<Key> {
         view.pods()
@@ -325,22 +319,21 @@ fn is_claims_pod(labels: &std::collections::BTreeMap<String, String>) -> bool {
 impl Cached for OtherPod {
     const KIND: CacheKind = CacheKind::OtherPods;
     /// `None` for a claims pod: the other watch owns it.
-    type Model = Option<gpuclaim_engine::model::Pod>;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
         if is_claims_pod(self.0.labels()) {
             return Ok(None);
         }
-        self.0.read().map(Some)
+        self.0.read()
     }
-    fn insert(key: &Key, pod: Self::Model, view: &mut View, changes: &mut Changes) {
-        if let Some(pod) = pod {
-            Pod::insert(key, pod, view, changes);
-        }
-    }
-    fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
-        if view.pod(namespace, name).is_some_and(|pod| !is_claims_pod(&pod.labels)) {
-            Pod::remove(&(namespace.clone(), name.clone()), view, changes);
-        }
+    fn deletion(key: &Key, revision: &str, view: &View) -> Option<Change> {
+        let (namespace, name) = key;
+        let others = view.pod(namespace, name).is_some_and(|pod| !is_claims_pod(&pod.labels));
+        others.then(|| Change::Delete {
+            kind: Kind::Pod,
+            namespace: namespace.into(),
+            name: name.into(),
+            revision: revision.into(),
+        })
     }
     fn view_keys(view: &View) -> Vec<Key> {
         view.pods()
@@ -352,85 +345,46 @@ impl Cached for OtherPod {
 
 impl Cached for DynamicObject {
     const KIND: CacheKind = CacheKind::Vmis;
-    type Model = gpuclaim_engine::model::Vmi;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
         let object = serde_json::to_value(self).expect("a DynamicObject always serializes");
-        convert::vmi_from_json(&object, &self.namespace().unwrap_or_default())
-    }
-    fn insert((namespace, name): &Key, vmi: Self::Model, view: &mut View, changes: &mut Changes) {
-        // The reconciler's event filter: an update it reads nothing new from goes into the cache, not the queue.
-        let needed = vmi_key_needed(view, view.vmi(namespace, name), &vmi);
-        view.upsert_vmi(vmi);
-        if needed {
-            changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
-        }
-    }
-    fn remove((namespace, name): &Key, view: &mut View, changes: &mut Changes) {
-        view.remove_vmi(namespace, name);
-        if run_key_visits(view, namespace, name) {
-            changes.vmis.insert((namespace.as_str().into(), name.as_str().into()));
-        }
+        convert::vmi_from_json(&object, &self.namespace().unwrap_or_default()).map(|vmi| Some(Object::Vmi(vmi)))
     }
 }
 
 impl Cached for Node {
     const KIND: CacheKind = CacheKind::Nodes;
-    type Model = gpuclaim_engine::model::Node;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        convert::node_from_kube(self)
-    }
-    fn insert((_, name): &Key, node: Self::Model, view: &mut View, changes: &mut Changes) {
-        view.upsert_node(node);
-        changes.nodes.insert(name.clone());
-    }
-    fn remove((_, name): &Key, view: &mut View, changes: &mut Changes) {
-        view.remove_node(name);
-        changes.nodes.insert(name.clone());
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        convert::node_from_kube(self).map(|node| Some(Object::Node(node)))
     }
 }
 
 impl Cached for ResourceQuota {
     const KIND: CacheKind = CacheKind::Quotas;
-    /// The quota's GPU budgets: resource → units.
-    type Model = std::collections::BTreeMap<String, u64>;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        convert::quota_budgets(self)
-    }
-    fn insert((namespace, name): &Key, budgets: Self::Model, view: &mut View, _: &mut Changes) {
-        view.upsert_quota(namespace, name, budgets);
-    }
-    fn remove((namespace, name): &Key, view: &mut View, _: &mut Changes) {
-        view.remove_quota(namespace, name);
+    /// The quota's GPU budgets: class → units.
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        let (namespace, name) = key_of(self);
+        let budgets = convert::quota_budgets(self)?;
+        Ok(Some(Object::Quota(Quota { namespace: namespace.into(), name: name.into(), budgets })))
     }
 }
 
 impl Cached for Namespace {
     const KIND: CacheKind = CacheKind::Namespaces;
     /// Whether the namespace is entitled to vGPUs.
-    type Model = bool;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        Ok(convert::vgpu_entitled(self))
-    }
-    fn insert((_, name): &Key, entitled: Self::Model, view: &mut View, _: &mut Changes) {
-        view.set_vgpu_entitled(name, entitled);
-    }
-    fn remove((_, name): &Key, view: &mut View, _: &mut Changes) {
-        view.set_vgpu_entitled(name, false);
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        Ok(Some(Object::Namespace(runtime::Namespace {
+            name: self.name_any().into(),
+            vgpu_entitled: convert::vgpu_entitled(self),
+            resource_version: version_of(self).into(),
+        })))
     }
 }
 
 /// Only the settings ConfigMap is watched (by name, in the controller's namespace).
 impl Cached for ConfigMap {
     const KIND: CacheKind = CacheKind::Settings;
-    type Model = Settings;
-    fn read(&self) -> Result<Self::Model, ConvertError> {
-        Ok(convert::settings_from_kube(self))
-    }
-    fn insert(_: &Key, settings: Self::Model, view: &mut View, _: &mut Changes) {
-        view.settings = settings;
-    }
-    fn remove(_: &Key, view: &mut View, _: &mut Changes) {
-        view.settings = Settings::default();
+    fn read(&self) -> Result<Option<Object>, ConvertError> {
+        Ok(Some(Object::Settings(convert::settings_from_kube(self))))
     }
 }
 
@@ -452,36 +406,40 @@ async fn watch_kind<K: Cached>(api: Api<K>, config: watcher::Config, caches: Arc
                 Ok(())
             }
             Ok(Event::InitDone) => {
-                let listed: Vec<(Key, Option<K::Model>)> =
+                let listed: Vec<(Key, Option<Object>)> =
                     listing.take().unwrap_or_default().iter().map(|o| (key_of(o), read_logged(o))).collect();
                 let keys: BTreeSet<Key> = listed.iter().map(|(key, _)| key.clone()).collect();
-                let applied = caches.apply(|view, changes| {
-                    let held: BTreeSet<Key> = known.iter().cloned().chain(K::view_keys(view)).collect();
-                    for gone in held.difference(&keys) {
-                        K::remove(gone, view, changes);
+                let applied = match caches.view.read() {
+                    Ok(view) => {
+                        // Gone since the last list: removed whatever the view holds (a relist has no revisions).
+                        let held: BTreeSet<Key> = known.iter().cloned().chain(K::view_keys(&view)).collect();
+                        let gone: Vec<Change> =
+                            held.difference(&keys).filter_map(|key| K::deletion(key, "", &view)).collect();
+                        drop(view);
+                        let upserts = listed.into_iter().filter_map(|(_, object)| object.map(Change::Upsert));
+                        caches.apply(gone.into_iter().chain(upserts))
                     }
-                    for (key, model) in listed {
-                        if let Some(model) = model {
-                            K::insert(&key, model, view, changes);
-                        }
-                    }
-                });
+                    Err(poisoned) => Err(poisoned),
+                };
                 known = keys;
                 caches.mark_synced(K::KIND);
                 applied
             }
             Ok(Event::Apply(object)) => {
-                let key = key_of(&object);
-                known.insert(key.clone());
+                known.insert(key_of(&object));
                 match read_logged(&object) {
-                    Some(model) => caches.apply(|view, changes| K::insert(&key, model, view, changes)),
+                    Some(object) => caches.apply([Change::Upsert(object)]),
                     None => Ok(()),
                 }
             }
             Ok(Event::Delete(object)) => {
                 let key = key_of(&object);
                 known.remove(&key);
-                caches.apply(|view, changes| K::remove(&key, view, changes))
+                let deletion = caches.view.read().map(|view| K::deletion(&key, &version_of(&object), &view));
+                match deletion {
+                    Ok(deletion) => caches.apply(deletion),
+                    Err(poisoned) => Err(poisoned),
+                }
             }
             Err(error) => {
                 tracing::warn!(cache = K::KIND.name(), %error, "watch failed; retrying");
@@ -494,8 +452,9 @@ async fn watch_kind<K: Cached>(api: Api<K>, config: watcher::Config, caches: Arc
     }
 }
 
-/// The object in the engine's terms, or `None` (logged) when it cannot be read: its last readable version stays.
-pub fn read_logged<K: Cached>(object: &K) -> Option<K::Model> {
+/// The object in the engine's terms, or `None` when it is another watch's or (logged) cannot be read: its last
+/// readable version stays.
+pub fn read_logged<K: Cached>(object: &K) -> Option<Object> {
     object
         .read()
         .inspect_err(|error| {
@@ -503,4 +462,5 @@ pub fn read_logged<K: Cached>(object: &K) -> Option<K::Model> {
             tracing::warn!(cache = K::KIND.name(), %namespace, %name, %error, "cannot read the object; keeping its last readable version");
         })
         .ok()
+        .flatten()
 }

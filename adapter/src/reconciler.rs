@@ -1,17 +1,15 @@
-//! The reconciler: watcher → store → reconcile → error policy, as kube-runtime composes a controller. The caches
-//! fill the view; on every change the leader runs the engine's pass (only over what changed, or over everything
-//! after a failure, a leadership change or a resync) and writes its actions.
-//!
-//! Error policy, by the error's kind: a stale view (409 Conflict, 404) refreshes the object and reconciles again
-//! after [`STALE_RETRY_DELAY`]; anything else backs off exponentially up to [`FAILURE_BACKOFF_MAX`]. Either way the
-//! next pass is a full one, since a pass that stopped halfway leaves no guarantee `reconcile_changes` relies on. A
-//! call that timed out counts as a failure; a lease that lapsed mid-pass stops the pass until leadership returns;
-//! a poisoned view (shared.rs) ends the reconciler, which health.rs reports so the kubelet restarts the replica.
+//! The reconciler: the engine's controller runtime (`engine::controller::runtime`) driven live. The caches fill the
+//! view and the work queue from kube-runtime's watchers; this file hands the runtime tokio's time and the lease, and
+//! does what it asks: the writer's API calls (writes, a pin's node read live, a stale object read again), then sleeps
+//! until the runtime's next wake, a watch event that needs a pass, or a change of leadership. When a pass runs, over
+//! what, what is confirmed and how a refused write is retried are the runtime's (docs/controller.md, "The loop"), the
+//! same loop the twin drives in virtual time. A poisoned view (shared.rs) ends the reconciler, which health.rs
+//! reports so the kubelet restarts the replica.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuclaim_engine::controller::{self, Action, ObjectRef, PinConfirmation, Waiting};
+use gpuclaim_engine::controller::runtime::{Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime};
 use gpuclaim_engine::model::Time;
 use gpuclaim_engine::variant::Variant;
 use tokio::sync::watch;
@@ -21,27 +19,15 @@ use crate::metrics::Metrics;
 use crate::shared::ViewPoisoned;
 use crate::writer::{WriteError, Writer};
 
-/// A full pass at least this often, whatever the watches say: a missed event cannot strand a waiter for long.
-pub const RESYNC_INTERVAL: Duration = Duration::from_secs(300);
-/// After a conflict: long enough for the watch to deliver the change that caused it.
-pub const STALE_RETRY_DELAY: Duration = Duration::from_millis(200);
-/// The first backoff after a failed write, doubled per consecutive failure up to the maximum.
-pub const FAILURE_BACKOFF_MIN: Duration = Duration::from_secs(1);
-pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// What one pass did, and when to run the next.
-#[derive(Debug)]
-pub enum PassOutcome {
-    /// Every action written (`written` of them); the next pass may cover only what changes.
-    Done { written: usize },
-    /// The replica stopped leading mid-pass after `written` writes.
-    NotLeading { written: usize },
-    /// A write met a stale view; the object was refreshed. Retry (fully) after the delay.
-    Stale { error: WriteError, retry_after: Duration },
-    /// A write failed; retry (fully) after the backoff.
-    Failed { error: WriteError, retry_after: Duration },
-    /// The view is poisoned: nothing can be decided any more.
-    Broken(ViewPoisoned),
+/// What one turn of the loop did, until it went idle.
+#[derive(Debug, Default)]
+pub struct Turn {
+    /// Writes that went through.
+    pub written: usize,
+    /// The write or read that was refused (the pass stopped there), if one was.
+    pub refused: Option<WriteError>,
+    /// When the runtime asked to run again, counted from the turn's last poll; `None`: when a watch event wakes it.
+    pub retry_after: Option<Duration>,
 }
 
 pub struct Reconciler {
@@ -49,18 +35,12 @@ pub struct Reconciler {
     writer: Writer,
     metrics: Arc<Metrics>,
     leading: watch::Receiver<bool>,
-    /// Whether the next pass must cover everything.
-    full: bool,
-    /// Consecutive failed passes, for the backoff.
-    failures: u32,
-    /// The waiters the last pass whose writes all landed left waiting: skipped while nothing loosens for them (the
-    /// engine's `Waiting`; forgotten after any failure, as the twin's controller does).
-    waiting: Waiting,
+    runtime: Runtime,
 }
 
 impl Reconciler {
     pub fn new(caches: Arc<Caches>, writer: Writer, metrics: Arc<Metrics>, leading: watch::Receiver<bool>) -> Self {
-        Reconciler { caches, writer, metrics, leading, full: true, failures: 0, waiting: Waiting::default() }
+        Reconciler { caches, writer, metrics, leading, runtime: Runtime::new(Variant::SHIPPED) }
     }
 
     /// Reconciles while leading until `shutdown` completes. Waits for every cache to sync first: a pass on a view
@@ -72,158 +52,109 @@ impl Reconciler {
             _ = synced.wait_for(|kinds| kinds.len() == crate::cache::CacheKind::ALL.len()) => {}
             () = &mut shutdown => return,
         }
-        let mut last_full = Instant::now();
         loop {
-            if !*self.leading.borrow() {
-                self.start_over();
-                tokio::select! {
-                    _ = self.leading.wait_for(|leading| *leading) => {}
-                    () = &mut shutdown => return,
-                }
-                tracing::info!("leading: reconciling");
-            }
-            if last_full.elapsed() >= RESYNC_INTERVAL {
-                self.start_over();
-            }
-            if self.full {
-                last_full = Instant::now();
-            }
-            let wait = match self.pass().await {
-                PassOutcome::Done { written } => {
-                    if written > 0 {
-                        tracing::info!(written, "reconciled");
-                    }
-                    None
-                }
-                // The writer saw the lease lapse; the elector says so within a retry period. Until then, wait
-                // rather than decide passes that cannot be written.
-                PassOutcome::NotLeading { .. } => Some(STALE_RETRY_DELAY),
-                PassOutcome::Broken(error) => return tracing::error!(%error, "the reconciler stops"),
-                PassOutcome::Stale { error, retry_after } => {
-                    tracing::info!(%error, "view was stale; refreshed, reconciling again");
-                    Some(retry_after)
-                }
-                PassOutcome::Failed { error, retry_after } => {
-                    tracing::warn!(%error, ?retry_after, "write failed; backing off");
-                    Some(retry_after)
-                }
+            let turn = match self.turn().await {
+                Ok(turn) => turn,
+                Err(error) => return tracing::error!(%error, "the reconciler stops"),
             };
-            let idle = wait.unwrap_or_else(|| RESYNC_INTERVAL.saturating_sub(last_full.elapsed()));
+            if turn.written > 0 {
+                tracing::info!(written = turn.written, "reconciled");
+            }
+            if let Some(error) = &turn.refused {
+                tracing::warn!(%error, retry_after = ?turn.retry_after, "a write was refused; retrying");
+            }
+            let sleep = turn.retry_after.map_or(Duration::MAX, |after| after.max(Duration::from_millis(1)));
             tokio::select! {
-                () = self.caches.changed(), if wait.is_none() => {}
-                () = tokio::time::sleep(idle) => {}
+                () = self.caches.changed() => {}
+                () = tokio::time::sleep(sleep.min(Duration::from_secs(86_400))) => {}
                 _ = self.leading.changed() => {}
                 () = &mut shutdown => return,
             }
         }
     }
 
-    /// Confirms the pass's pins before any of it is written (docs/controller.md, "Pins are confirmed"): each pinned
-    /// node and the pods bound there are read live; if that changed a node as placement sees it, the pass is taken
-    /// again, in full, on the refreshed view (nothing of the first decision was written); [`PinConfirmation`] says
-    /// which nodes each round reads.
-    /// The pass taken again decides over everything without what the first one remembered; its own memory is not
-    /// kept either (the caller forgets when the actions come back from a retake: `true`).
-    async fn confirm_pins(&self, mut actions: Vec<Action>, now: Time) -> Result<(Vec<Action>, bool), WriteError> {
-        let mut retaken = false;
-        let mut confirmation = PinConfirmation::default();
-        loop {
-            let nodes = confirmation.next_round(&actions);
-            if nodes.is_empty() {
-                break;
-            }
-            let mut changed = Vec::new();
-            for node in &nodes {
-                if self.writer.read_node_live(node).await? {
-                    changed.push(node.clone());
-                }
-            }
-            if changed.is_empty() {
-                break;
-            }
-            tracing::info!(?changed, "a pin's node changed behind the watch; reconciling again");
-            self.metrics.pins_rechecked();
-            let view = self.caches.view.read().map_err(|source| WriteError::View {
-                action: "ConfirmPin",
-                object: ObjectRef::new("", ""),
-                source,
-            })?;
-            actions = controller::reconcile(&view, now);
-            retaken = true;
-        }
-        Ok((actions, retaken))
-    }
-
-    /// The next pass covers everything and tries every waiter.
-    fn start_over(&mut self) {
-        self.full = true;
-        self.waiting.forget();
-    }
-
-    /// One pass: decide on the view, write, and apply the error policy.
-    pub async fn pass(&mut self) -> PassOutcome {
+    /// Runs the loop until it has nothing to do now: every pass due, with its confirmations, writes and reads.
+    pub async fn turn(&mut self) -> Result<Turn, ViewPoisoned> {
         let started = Instant::now();
-        let now = Time::now();
-        let changes = self.caches.take_changes();
-        let actions: Vec<Action> = {
-            let view = match self.caches.view.read() {
-                Ok(view) => view,
-                Err(poisoned) => return PassOutcome::Broken(poisoned),
+        let leading = *self.leading.borrow();
+        if leading != self.runtime.is_leading() {
+            tracing::info!(leading, "leadership moved");
+        }
+        self.runtime.set_leading(leading);
+        let before = self.runtime.stats();
+        let mut turn = Turn::default();
+        for _ in 0..POLLS_PER_WAKE_MAX {
+            let now = Time::now();
+            let poll = {
+                let view = self.caches.view.read()?;
+                self.runtime.poll(&view, &mut self.caches.queue.lock(), now)
             };
-            let changes = (!self.full).then_some(&changes);
-            controller::reconcile_remembering(&view, now, changes, &Variant::SHIPPED, &mut self.waiting)
-        };
-        let actions = match self.confirm_pins(actions, now).await {
-            Ok((actions, retaken)) => {
-                if retaken {
-                    self.waiting.forget();
+            match poll {
+                Poll::Idle { wake_at } => {
+                    turn.retry_after = wake_at.map(|at| Duration::try_from(at.duration_since(now)).unwrap_or_default());
+                    break;
                 }
-                actions
-            }
-            Err(WriteError::View { source, .. }) => return PassOutcome::Broken(source),
-            Err(error) => {
-                self.start_over();
-                self.failures = self.failures.saturating_add(1);
-                return PassOutcome::Failed { error, retry_after: backoff(self.failures) };
-            }
-        };
-        let result = self.writer.write_all(&actions).await;
-        self.metrics.reconciled(started.elapsed());
-        match self.caches.view.read() {
-            Ok(view) => self.metrics.observe_view(&view, now),
-            Err(poisoned) => return PassOutcome::Broken(poisoned),
-        }
-        match result {
-            Ok(written) if written == actions.len() => {
-                self.full = false;
-                self.failures = 0;
-                self.waiting.landed();
-                PassOutcome::Done { written }
-            }
-            Ok(written) => {
-                self.start_over();
-                PassOutcome::NotLeading { written }
-            }
-            Err(WriteError::View { source, .. }) => PassOutcome::Broken(source),
-            Err(error) => {
-                self.start_over();
-                self.failures = self.failures.saturating_add(1);
-                if let WriteError::Stale { kind, object, .. } = &error {
-                    if let Err(refresh) = self.writer.refresh(*kind, object).await {
-                        let retry_after = backoff(self.failures);
-                        tracing::warn!(%object, error = %refresh, "failed to refresh a stale object");
-                        return PassOutcome::Failed { error, retry_after };
+                Poll::Confirm(nodes) => {
+                    for node in &nodes {
+                        let live = match self.writer.read_node_live(node).await {
+                            Ok(live) => Some(live),
+                            Err(error) => {
+                                turn.refused = Some(error);
+                                None
+                            }
+                        };
+                        let failed = live.is_none();
+                        let mut view = self.caches.view.write()?;
+                        let moved =
+                            self.runtime.read_live(&mut view, &mut self.caches.queue.lock(), node, live, Time::now());
+                        if moved {
+                            tracing::info!(node, "a pin's node changed behind the watch; reconciling again");
+                        }
+                        if failed {
+                            break;
+                        }
                     }
-                    return PassOutcome::Stale { error, retry_after: STALE_RETRY_DELAY };
                 }
-                PassOutcome::Failed { error, retry_after: backoff(self.failures) }
+                Poll::Refresh(object) => {
+                    let live = self.writer.read_again(&object).await.unwrap_or_else(|error| {
+                        tracing::warn!(%object, %error, "failed to read a stale object again");
+                        None
+                    });
+                    let mut view = self.caches.view.write()?;
+                    self.runtime.refreshed(&mut view, &mut self.caches.queue.lock(), live);
+                }
+                Poll::Write(action) => {
+                    let outcome = match self.writer.write(&action).await {
+                        Ok(written) => {
+                            turn.written += 1;
+                            Outcome::Written(written)
+                        }
+                        Err(WriteError::View { source, .. }) => return Err(source),
+                        Err(WriteError::NotLeading { .. }) => Outcome::NotSent,
+                        Err(error) => {
+                            let outcome = if matches!(error, WriteError::Stale { .. }) {
+                                Outcome::Stale
+                            } else {
+                                Outcome::Failed
+                            };
+                            turn.refused = Some(error);
+                            outcome
+                        }
+                    };
+                    let mut view = self.caches.view.write()?;
+                    self.runtime.wrote(&mut view, &mut self.caches.queue.lock(), outcome, Time::now());
+                }
             }
         }
+        let after = self.runtime.stats();
+        if after.passes > before.passes {
+            self.metrics.reconciled(started.elapsed());
+            let view = self.caches.view.read()?;
+            self.metrics.observe_view(&view, Time::now());
+        }
+        for _ in before.pins_rechecked..after.pins_rechecked {
+            self.metrics.pins_rechecked();
+        }
+        Ok(turn)
     }
-}
-
-/// FAILURE_BACKOFF_MIN · 2^(failures−1), at most FAILURE_BACKOFF_MAX.
-pub fn backoff(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    FAILURE_BACKOFF_MIN.saturating_mul(1 << doublings).min(FAILURE_BACKOFF_MAX)
 }

@@ -1,10 +1,10 @@
-//! Writing the reconciler's actions to the API server, each with its precondition: a merge patch carrying
-//! `metadata.resourceVersion` (the API server refuses it with 409 Conflict when the object changed since), a delete
-//! carrying the uid. Writes go out in the order the engine gives; the first that fails stops the pass, because later
-//! writes depend on earlier ones (a pod is pinned only after its claims are written).
+//! Writing the actions the controller runtime hands out to the API server, each with its precondition: a merge patch
+//! carrying `metadata.resourceVersion` (the API server refuses it with 409 Conflict when the object changed since), a
+//! delete carrying the uid; and the live reads it asks for (a pin's node, a stale object).
 //!
-//! What a write returns is put into the view at once (read your own writes), so the next pass does not decide on
-//! the version the write replaced while the watch event is still on its way.
+//! What a write returns goes back to the runtime as watch events of its own, which it writes through to the view at
+//! once (read your own writes), so the next pass does not decide on the version the write replaced while the watch
+//! event is still on its way.
 //!
 //! How each action goes out:
 //! - `CreateClaim`: create (mark label, release finalizer, controller ownerReference to the VMI), then the status
@@ -22,22 +22,22 @@
 //! on our side once another replica may lead. (A write the API server received before we gave up may still be
 //! applied later; the lease duration's margin over the renew deadline is what covers that.)
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsage, GPUUsageSpec};
-use gpuclaim_engine::controller::{Action, Changes, ClaimStatus, EventKind, ObjectRef};
+use gpuclaim_engine::controller::runtime::{Change, Kind, ObjectKey};
+use gpuclaim_engine::controller::{Action, ClaimStatus, EventKind, ObjectRef};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Published, Reason, Time, Usage, View, VmiRef};
+use gpuclaim_engine::model::{Published, Reason, Time, Usage, VmiRef};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time as KubeTime};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::{Value, json};
 
-use crate::cache::{Cached, Key, key_of, read_logged};
+use crate::cache::{Cached, read_logged};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::shared::{SharedView, ViewPoisoned};
@@ -54,7 +54,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum WriteError {
     /// The object changed (409) or is gone (404) since the view read it: refresh it and reconcile again.
     #[error("{action} {object}: the object changed since it was read ({code}): {message}")]
-    Stale { action: &'static str, kind: ObjectKind, object: ObjectRef, code: u16, message: String },
+    Stale { action: &'static str, kind: Kind, object: ObjectRef, code: u16, message: String },
     /// Anything else (the API server unreachable, refused, invalid): back off and reconcile again.
     #[error("{action} {object}: {source}")]
     Failed { action: &'static str, object: ObjectRef, source: kube::Error },
@@ -68,15 +68,6 @@ pub enum WriteError {
     /// The view is poisoned (shared.rs): nothing more can be decided or written.
     #[error("{action} {object}: {source}")]
     View { action: &'static str, object: ObjectRef, source: ViewPoisoned },
-}
-
-/// The kinds the writer writes, to refresh the right one after a conflict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjectKind {
-    Claim,
-    Usage,
-    Pod,
-    Class,
 }
 
 pub struct Writer {
@@ -107,49 +98,34 @@ impl Writer {
         Writer { call_timeout, ..self }
     }
 
-    /// Writes a pass's actions in order, stopping at the first failure. Leadership is checked before each call, so
-    /// a replica whose lease lapsed mid-pass stops writing: then it returns how many actions were written whole.
-    pub async fn write_all(&self, actions: &[Action]) -> Result<usize, WriteError> {
-        let mut created: BTreeMap<(String, String), String> = BTreeMap::new();
-        for (written, action) in actions.iter().enumerate() {
-            if self.leadership.remaining().is_none() {
-                return Ok(written);
-            }
-            let result = self.write(action, &mut created).await;
-            let outcome = match &result {
-                Ok(()) => "ok",
-                Err(WriteError::Stale { .. }) => "stale",
-                Err(WriteError::Failed { .. } | WriteError::View { .. }) => "error",
-                Err(WriteError::Timeout { .. }) => "timeout",
-                Err(WriteError::NotLeading { .. }) => "not_sent",
-            };
-            self.metrics.write(action_name(action), outcome);
-            match result {
-                Err(WriteError::NotLeading { .. }) => return Ok(written),
-                result => result?,
-            }
-        }
-        Ok(actions.len())
+    /// Writes one action; returns what the API server answered, as the watch would bring it. The outcome is
+    /// counted under the action's name.
+    pub async fn write(&self, action: &Action) -> Result<Vec<Change>, WriteError> {
+        let mut written = Vec::new();
+        let result = self.write_into(action, &mut written).await;
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(WriteError::Stale { .. }) => "stale",
+            Err(WriteError::Failed { .. } | WriteError::View { .. }) => "error",
+            Err(WriteError::Timeout { .. }) => "timeout",
+            Err(WriteError::NotLeading { .. }) => "not_sent",
+        };
+        self.metrics.write(action_name(action), outcome);
+        result.map(|()| written)
     }
 
-    /// Writes one action; `created` collects the uids of claims created in this pass.
-    pub async fn write(
-        &self,
-        action: &Action,
-        created: &mut BTreeMap<(String, String), String>,
-    ) -> Result<(), WriteError> {
+    async fn write_into(&self, action: &Action, written: &mut Vec<Change>) -> Result<(), WriteError> {
         match action {
             Action::CreateClaim { claim, class, count, owner, status } => {
-                let uid = self.create_claim(claim, class, *count, owner, status).await?;
-                created.insert((claim.namespace.to_string(), claim.name.to_string()), uid);
+                self.create_claim(claim, class, *count, owner, status, written).await?;
             }
             Action::UpdateClaim { claim, precondition, finalizer, status } => {
-                let mut version = precondition.clone();
+                let mut version = precondition.to_string();
                 if let Some(keep) = finalizer {
-                    version = self.set_finalizer(claim, precondition, *keep).await?.into();
+                    version = self.set_finalizer(claim, precondition, *keep, written).await?;
                 }
                 if let Some(status) = status {
-                    self.patch_claim_status(action_name(action), claim, &version, status).await?;
+                    self.patch_claim_status(action_name(action), claim, &version, status, written).await?;
                 }
             }
             Action::DeleteClaim { claim, uid } => {
@@ -157,39 +133,58 @@ impl Writer {
                     preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
                     ..DeleteParams::default()
                 };
+                // The version the view holds (its finalizer's removal, written just before): what the watch still
+                // brings of it up to there is older than the deletion, and must not bring it back.
+                let revision = {
+                    let view = self.view.read().map_err(|source| view_error(action_name(action), claim, source))?;
+                    view.claim(&claim.namespace, &claim.name).map(|c| c.resource_version.clone()).unwrap_or_default()
+                };
                 let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-                self.call(action_name(action), ObjectKind::Claim, claim, api.delete(&claim.name, &params)).await?;
-                let key = (claim.namespace.to_string(), claim.name.to_string());
-                self.apply(action_name(action), claim, |view, changes| GPUClaim::remove(&key, view, changes))?;
+                let deleted =
+                    self.call(action_name(action), Kind::Claim, claim, api.delete(&claim.name, &params)).await?;
+                match deleted.left() {
+                    // Still there: someone else's finalizer holds it.
+                    Some(object) => written.extend(read_logged(&object).map(Change::Upsert)),
+                    None => written.push(Change::Delete {
+                        kind: Kind::Claim,
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        revision,
+                    }),
+                }
             }
             Action::OpenUsage { usage } => {
+                // A claim created in the same pass has its uid in the view by now (its creation written through).
                 let claim_uid = match usage.claim_uid.as_str() {
-                    "" => created
-                        .get(&(usage.namespace.to_string(), usage.claim.to_string()))
-                        .cloned()
-                        .unwrap_or_default(),
+                    "" => {
+                        let view = self.view.read().map_err(|source| {
+                            view_error(action_name(action), &ObjectRef::new(&usage.namespace, &usage.name), source)
+                        })?;
+                        view.claim(&usage.namespace, &usage.claim).map(|c| c.uid.to_string()).unwrap_or_default()
+                    }
                     uid => uid.to_owned(),
                 };
                 let object = usage_object(usage, &claim_uid);
                 let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
                 let reference = ObjectRef::new(&usage.namespace, &usage.name);
                 let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
-                let written =
-                    self.call(action_name(action), ObjectKind::Usage, &reference, api.create(&params, &object)).await?;
-                self.upsert(action_name(action), &reference, &written)?;
+                let created =
+                    self.call(action_name(action), Kind::Usage, &reference, api.create(&params, &object)).await?;
+                written.extend(read_logged(&created).map(Change::Upsert));
             }
             Action::CloseUsage { usage, precondition, end } => {
                 let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"endTime": KubeTime(*end)}});
                 let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
                 let patch = Patch::Merge(patch);
-                let written = self
-                    .call(action_name(action), ObjectKind::Usage, usage, api.patch(&usage.name, &self.params, &patch))
+                let closed = self
+                    .call(action_name(action), Kind::Usage, usage, api.patch(&usage.name, &self.params, &patch))
                     .await?;
-                self.upsert(action_name(action), usage, &written)?;
+                written.extend(read_logged(&closed).map(Change::Upsert));
             }
             Action::PinAndUngate { pod, precondition, node: _, terms } => {
                 let gates = self.remaining_gates(action, pod)?;
-                self.merge_pod(action, pod, pin_and_ungate_patch(precondition, &gates, terms)).await?;
+                let patch = pin_and_ungate_patch(precondition, &gates, terms);
+                written.extend(self.merge_pod(action, pod, patch).await?);
             }
             // The two-update counterfactual's writes (never decided by the shipped engine the adapter runs): the
             // gate removal on the decided resourceVersion, then the pin on whatever the pod is now.
@@ -197,49 +192,44 @@ impl Writer {
                 let gates: Vec<Value> =
                     self.remaining_gates(action, pod)?.iter().map(|name| json!({"name": name})).collect();
                 let patch = json!({"metadata": {"resourceVersion": precondition}, "spec": {"schedulingGates": gates}});
-                self.merge_pod(action, pod, patch).await?;
+                written.extend(self.merge_pod(action, pod, patch).await?);
             }
             Action::Pin { pod, node: _, terms } => {
                 let patch = json!({"spec": {"affinity": {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms.as_slice()}}}}});
-                self.merge_pod(action, pod, patch).await?;
+                written.extend(self.merge_pod(action, pod, patch).await?);
             }
             Action::SetPodWaiting { pod, precondition, waiting } => {
                 let patch = pod_waiting_patch(precondition, waiting, now());
                 let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
                 let patch = Patch::Strategic(patch);
-                let written = self
-                    .call(action_name(action), ObjectKind::Pod, pod, api.patch_status(&pod.name, &self.params, &patch))
+                let patched = self
+                    .call(action_name(action), Kind::Pod, pod, api.patch_status(&pod.name, &self.params, &patch))
                     .await?;
-                self.upsert(action_name(action), pod, &written)?;
+                written.extend(read_logged(&patched).map(Change::Upsert));
             }
             Action::PublishClass { class, precondition, published } => {
                 let patch = publish_patch(precondition, published);
                 let api = Api::<GPUClass>::all(self.client.clone());
                 let reference = ObjectRef::new("", class);
                 let patch = Patch::Merge(patch);
-                let written = self
-                    .call(
-                        action_name(action),
-                        ObjectKind::Class,
-                        &reference,
-                        api.patch_status(class, &self.params, &patch),
-                    )
+                let patched = self
+                    .call(action_name(action), Kind::Class, &reference, api.patch_status(class, &self.params, &patch))
                     .await?;
-                self.upsert(action_name(action), &reference, &written)?;
+                written.extend(read_logged(&patched).map(Change::Upsert));
             }
             Action::Event { kind, object, reason, message } => self.event(*kind, object, reason, message).await?,
         }
         Ok(())
     }
 
-    /// One merge patch of a pod's spec (the pin and the gates), its result into the cache.
-    async fn merge_pod(&self, action: &Action, pod: &ObjectRef, patch: Value) -> Result<(), WriteError> {
+    /// One merge patch of a pod's spec (the pin and the gates); returns what the API server answered.
+    async fn merge_pod(&self, action: &Action, pod: &ObjectRef, patch: Value) -> Result<Option<Change>, WriteError> {
         let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
         let patch = Patch::Merge(patch);
-        let written =
-            self.call(action_name(action), ObjectKind::Pod, pod, api.patch(&pod.name, &self.params, &patch)).await?;
-        self.upsert(action_name(action), pod, &written)
+        let patched =
+            self.call(action_name(action), Kind::Pod, pod, api.patch(&pod.name, &self.params, &patch)).await?;
+        Ok(read_logged(&patched).map(Change::Upsert))
     }
 
     async fn create_claim(
@@ -249,28 +239,33 @@ impl Writer {
         count: u32,
         owner: &VmiRef,
         status: &ClaimStatus,
-    ) -> Result<String, WriteError> {
+        written: &mut Vec<Change>,
+    ) -> Result<(), WriteError> {
         let object = template_claim(claim, class, count, owner);
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
         let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
-        let written = self.call("CreateClaim", ObjectKind::Claim, claim, api.create(&params, &object)).await?;
-        self.upsert("CreateClaim", claim, &written)?;
-        let version = written.metadata.resource_version.clone().unwrap_or_default();
-        self.patch_claim_status("CreateClaim", claim, &version, status).await?;
-        Ok(written.metadata.uid.unwrap_or_default())
+        let created = self.call("CreateClaim", Kind::Claim, claim, api.create(&params, &object)).await?;
+        written.extend(read_logged(&created).map(Change::Upsert));
+        let version = created.metadata.resource_version.clone().unwrap_or_default();
+        self.patch_claim_status("CreateClaim", claim, &version, status, written).await
     }
 
     /// Adds or removes our finalizer, keeping everyone else's; returns the new resourceVersion.
-    async fn set_finalizer(&self, claim: &ObjectRef, precondition: &str, keep: bool) -> Result<String, WriteError> {
+    async fn set_finalizer(
+        &self,
+        claim: &ObjectRef,
+        precondition: &str,
+        keep: bool,
+        written: &mut Vec<Change>,
+    ) -> Result<String, WriteError> {
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-        let current = self.call("UpdateClaim", ObjectKind::Claim, claim, api.get(&claim.name)).await?;
+        let current = self.call("UpdateClaim", Kind::Claim, claim, api.get(&claim.name)).await?;
         let version = current.metadata.resource_version.clone().unwrap_or_default();
         if version != precondition {
-            self.upsert("UpdateClaim", claim, &current)?;
             let message = format!("read at resourceVersion {precondition}, now {version}");
             return Err(WriteError::Stale {
                 action: "UpdateClaim",
-                kind: ObjectKind::Claim,
+                kind: Kind::Claim,
                 object: claim.clone(),
                 code: 409,
                 message,
@@ -287,10 +282,10 @@ impl Writer {
             finalizers.push(keys::FINALIZER_RELEASE.to_owned());
         }
         let patch = Patch::Merge(json!({"metadata": {"resourceVersion": precondition, "finalizers": finalizers}}));
-        let written =
-            self.call("UpdateClaim", ObjectKind::Claim, claim, api.patch(&claim.name, &self.params, &patch)).await?;
-        self.upsert("UpdateClaim", claim, &written)?;
-        Ok(written.metadata.resource_version.unwrap_or_default())
+        let patched =
+            self.call("UpdateClaim", Kind::Claim, claim, api.patch(&claim.name, &self.params, &patch)).await?;
+        written.extend(read_logged(&patched).map(Change::Upsert));
+        Ok(patched.metadata.resource_version.unwrap_or_default())
     }
 
     async fn patch_claim_status(
@@ -299,12 +294,14 @@ impl Writer {
         claim: &ObjectRef,
         version: &str,
         status: &ClaimStatus,
+        written: &mut Vec<Change>,
     ) -> Result<(), WriteError> {
         let patch = Patch::Merge(claim_status_patch(version, status, now()));
         let api = Api::<GPUClaim>::namespaced(self.client.clone(), &claim.namespace);
-        let written =
-            self.call(action, ObjectKind::Claim, claim, api.patch_status(&claim.name, &self.params, &patch)).await?;
-        self.upsert(action, claim, &written)
+        let patched =
+            self.call(action, Kind::Claim, claim, api.patch_status(&claim.name, &self.params, &patch)).await?;
+        written.extend(read_logged(&patched).map(Change::Upsert));
+        Ok(())
     }
 
     /// The pod's gates without ours, as the view read them at the precondition's resourceVersion.
@@ -362,7 +359,7 @@ impl Writer {
     async fn call<T>(
         &self,
         action: &'static str,
-        kind: ObjectKind,
+        kind: Kind,
         object: &ObjectRef,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, WriteError> {
@@ -389,77 +386,46 @@ impl Writer {
         }
     }
 
-    /// Puts what the API server returned into the view, read into the engine's terms before the lock is taken.
-    fn upsert<K: Cached>(&self, action: &'static str, object: &ObjectRef, written: &K) -> Result<(), WriteError> {
-        let key = key_of(written);
-        match read_logged(written) {
-            Some(model) => self.apply(action, object, |view, changes| K::insert(&key, model, view, changes)),
-            None => Ok(()),
-        }
-    }
-
-    fn apply(
-        &self,
-        action: &'static str,
-        object: &ObjectRef,
-        change: impl FnOnce(&mut View, &mut Changes),
-    ) -> Result<(), WriteError> {
-        let mut view = self.view.write().map_err(|source| view_error(action, object, source))?;
-        change(&mut view, &mut Changes::default());
-        Ok(())
-    }
-
     /// Confirms a pin's node before a pass that pins there is written (docs/controller.md, "Pins are confirmed"):
-    /// reads the node and the pods bound there from the API server, past the watch, and puts into the view each
-    /// one newer than the cached copy ([`newer`]). Returns whether that changed the node as placement sees it.
-    /// Pods the list no longer shows are left to the watch.
-    pub async fn read_node_live(&self, node: &str) -> Result<bool, WriteError> {
+    /// reads the node and the pods bound there from the API server, past the watch, as watch events for the
+    /// runtime (which takes only what is newer than the view). Pods the list no longer shows are left to the watch.
+    pub async fn read_node_live(&self, node: &str) -> Result<Vec<Change>, WriteError> {
         let reference = ObjectRef::new("", node);
         let live_node =
             self.read("ConfirmPin", &reference, Api::<Node>::all(self.client.clone()).get_opt(node)).await?;
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let pods = Api::<Pod>::all(self.client.clone());
         let pods = self.read("ConfirmPin", &reference, pods.list(&params)).await?.items;
-        // Read into the engine's terms before the lock; each with the resourceVersion it is compared by.
-        let live_node = live_node.and_then(|live| Some((live.metadata.resource_version.clone(), read_logged(&live)?)));
-        let pods: Vec<(Key, Option<String>, _)> = pods
-            .iter()
-            .filter_map(|pod| Some((key_of(pod), pod.metadata.resource_version.clone(), read_logged(pod)?)))
-            .collect();
-        let mut changes = Changes::default();
-        let mut view = self.view.write().map_err(|source| view_error("ConfirmPin", &reference, source))?;
-        let before = view.node_standing(node);
-        if let Some((version, live)) = live_node
-            && newer(view.node(node).map(|n| n.resource_version.as_str()), version.as_deref())
-        {
-            Node::insert(&(String::new(), node.to_owned()), live, &mut view, &mut changes);
-        }
-        for (key, version, pod) in pods {
-            let cached = view.pod(&key.0, &key.1).map(|p| p.resource_version.as_str());
-            if newer(cached, version.as_deref()) {
-                Pod::insert(&key, pod, &mut view, &mut changes);
-            }
-        }
-        Ok(view.node_standing(node) != before)
+        let node = live_node.as_ref().and_then(read_logged);
+        Ok(node.into_iter().chain(pods.iter().filter_map(read_logged)).map(Change::Upsert).collect())
     }
 
-    /// Reads an object again after a conflict and puts it (or its absence) into the view.
-    pub async fn refresh(&self, kind: ObjectKind, object: &ObjectRef) -> Result<(), WriteError> {
+    /// Reads an object again after a write found it stale: its current state, or its deletion when it is gone.
+    pub async fn read_again(&self, object: &ObjectKey) -> Result<Option<Change>, WriteError> {
         let client = self.client.clone();
-        match kind {
-            ObjectKind::Claim => self.refresh_one(object, Api::<GPUClaim>::namespaced(client, &object.namespace)).await,
-            ObjectKind::Usage => self.refresh_one(object, Api::<GPUUsage>::namespaced(client, &object.namespace)).await,
-            ObjectKind::Pod => self.refresh_one(object, Api::<Pod>::namespaced(client, &object.namespace)).await,
-            ObjectKind::Class => self.refresh_one(object, Api::<GPUClass>::all(client)).await,
+        let namespace = &object.namespace;
+        match object.kind {
+            Kind::Claim => self.read_one(object, Api::<GPUClaim>::namespaced(client, namespace)).await,
+            Kind::Usage => self.read_one(object, Api::<GPUUsage>::namespaced(client, namespace)).await,
+            Kind::Pod => self.read_one(object, Api::<Pod>::namespaced(client, namespace)).await,
+            Kind::Class => self.read_one(object, Api::<GPUClass>::all(client)).await,
+            Kind::Node => self.read_one(object, Api::<Node>::all(client)).await,
+            // Never written by the controller, so never found stale.
+            Kind::Vmi | Kind::Namespace | Kind::Quota | Kind::Settings => Ok(None),
         }
     }
 
-    async fn refresh_one<K: Cached>(&self, object: &ObjectRef, api: Api<K>) -> Result<(), WriteError> {
-        let key = (object.namespace.to_string(), object.name.to_string());
-        match self.read("Refresh", object, api.get_opt(&object.name)).await? {
-            Some(live) => self.upsert("Refresh", object, &live),
-            None => self.apply("Refresh", object, |view, changes| K::remove(&key, view, changes)),
-        }
+    async fn read_one<K: Cached>(&self, object: &ObjectKey, api: Api<K>) -> Result<Option<Change>, WriteError> {
+        let reference = ObjectRef::new(&object.namespace, &object.name);
+        Ok(match self.read("Refresh", &reference, api.get_opt(&object.name)).await? {
+            Some(live) => read_logged(&live).map(Change::Upsert),
+            None => Some(Change::Delete {
+                kind: object.kind,
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                revision: Default::default(),
+            }),
+        })
     }
 }
 
@@ -467,24 +433,11 @@ fn view_error(action: &'static str, object: &ObjectRef, source: ViewPoisoned) ->
     WriteError::View { action, object: object.clone(), source }
 }
 
-/// Whether a live object at `live` is newer than the cached copy at `cached`. resourceVersions are opaque to
-/// clients, but the API server's are etcd revisions: where both read as integers, only a higher one is taken, so a
-/// watch event that reached the view between the read and the lock is not rolled back; otherwise any difference is
-/// (a read is as fresh as the store).
-pub fn newer(cached: Option<&str>, live: Option<&str>) -> bool {
-    let live = live.unwrap_or_default();
-    match (cached.map(str::parse::<u64>), live.parse::<u64>()) {
-        (None, _) => true,
-        (Some(Ok(cached)), Ok(live)) => live > cached,
-        (Some(_), _) => cached != Some(live),
-    }
-}
-
 fn now() -> Time {
     Time::now()
 }
 
-fn action_name(action: &Action) -> &'static str {
+pub fn action_name(action: &Action) -> &'static str {
     match action {
         Action::CreateClaim { .. } => "CreateClaim",
         Action::UpdateClaim { .. } => "UpdateClaim",
@@ -501,7 +454,7 @@ fn action_name(action: &Action) -> &'static str {
 }
 
 /// 409 (Conflict, AlreadyExists) and 404 mean the view is behind: refresh and retry. Anything else is a failure.
-fn stale_or_failed(action: &'static str, kind: ObjectKind, object: &ObjectRef, error: kube::Error) -> WriteError {
+fn stale_or_failed(action: &'static str, kind: Kind, object: &ObjectRef, error: kube::Error) -> WriteError {
     match error {
         kube::Error::Api(status) if status.code == 409 || status.code == 404 => {
             WriteError::Stale { action, kind, object: object.clone(), code: status.code, message: status.message }
@@ -616,19 +569,4 @@ pub fn publish_patch(version: &str, published: &Published) -> Value {
             "largestFreeOnNode": published.largest_free_on_node,
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::newer;
-
-    #[test]
-    fn a_live_read_takes_only_what_is_newer_than_the_view() {
-        assert!(newer(None, Some("7")), "nothing cached");
-        assert!(newer(Some("7"), Some("12")));
-        assert!(!newer(Some("12"), Some("12")), "the same version");
-        assert!(!newer(Some("12"), Some("7")), "a watch event newer than the read is not rolled back");
-        assert!(newer(Some("a7"), Some("b2")), "opaque versions: any difference");
-        assert!(!newer(Some("a7"), Some("a7")));
-    }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpuclaim_engine::controller::{
-    Action, Changes, Waiting, apply, reconcile, reconcile_changes, reconcile_remembering, run_key_visits,
+    Action, Changes, Waiting, apply, reconcile, reconcile_changes, reconcile_remembering, runtime::run_key_visits,
 };
 use gpuclaim_engine::fixtures::{self, gated_launcher, gpu_node, held_claim};
 use gpuclaim_engine::keys;

@@ -1,181 +1,119 @@
-//! The GPU controller as it runs in a cluster: its own cache, fed by the API server's watch after a lag, a work
-//! queue of the keys the watch brought, the engine's `reconcile_changes` over the cache, and its writes sent
-//! through the API server as its service account.
-//!
-//! A successful write is written through to the cache at once (client-go's mutation cache does the same for a
-//! controller's own objects), so the next pass never decides on units it has already spent; the watch event of that
-//! write then arrives with a revision the cache already holds and changes nothing. The keys its writes touched go
-//! back on its queue as the echo would put them (one lag later): a pass's writes can enable the next step (a
-//! released claim frees the name a new run's template claim needs). When nothing waits (no pod at the gate, no held
-//! claim pending) that pass would decide nothing, so the keys are dropped instead (the engine's `echo_needs_pass`):
-//! a real controller spends that pass, the twin skips it and nothing it decides moves. A refused write (a conflict, an
-//! object gone, the webhook down) ends the pass: the controller waits for the watch to bring the newer state and
-//! reconciles again, as controller-runtime requeues with backoff.
+//! The GPU controller as it runs in a cluster, driven in virtual time: its own cache, fed by the API server's watch
+//! after a lag, and the engine's controller runtime (`engine::controller::runtime`, the loop the live adapter
+//! drives too) deciding when to pass, over what, what to confirm and when to retry. This file only drives it: it
+//! hands the runtime watch events and the outcomes of what it asked for, and does what it asks through
+//! [`Cluster`] (the world: the API server as the controller's service account, the event log, the scheduler).
 
-use gpuclaim_engine::controller::{Action, Changes, Waiting, echo_needs_pass, reconcile_remembering};
+use gpuclaim_engine::controller::Action;
+use gpuclaim_engine::controller::runtime::{
+    self, Change, ObjectKey, Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime, WorkQueue,
+};
 use gpuclaim_engine::model::{Time, View};
 use gpuclaim_engine::variant::Variant;
 
-use std::collections::BTreeMap;
-
-use crate::apiserver::watch::{Change, ObjectKey, Touched, observe, revision_of};
 use crate::users::User;
 
-/// The GPU controller's state between passes.
+/// What the controller does through the cluster it runs in.
+pub trait Cluster {
+    type Error;
+    /// Writes `action` as the controller's `user`; `Err` only for the world's own failures (the log), never for a
+    /// refused write, which is an [`Outcome`].
+    fn write(&mut self, action: &Action, user: &User) -> Result<Outcome, Self::Error>;
+    /// A GET of `node` and a LIST of the pods bound there: what of it is newer than `cache` holds.
+    fn read_node(&mut self, node: &str, cache: &View) -> Vec<Change>;
+    /// A GET of `object`: its current state, or its deletion when it is gone (`None`: nothing read).
+    fn read(&mut self, object: &ObjectKey) -> Option<Change>;
+    /// A pin's node read live was not as the cache had it (`objects` newer objects came in).
+    fn node_refreshed(&mut self, node: &str, objects: usize) -> Result<(), Self::Error>;
+}
+
+/// One replica's controller process: its cache, its work queue and its loop.
 #[derive(Debug)]
 pub struct GpuController {
     cache: View,
-    changes: Changes,
-    /// Something arrived since the last pass.
-    dirty: bool,
-    /// The next pass is a full one (a new leader's first, a resync).
-    resync: bool,
-    /// The keys the last pass served: a pass cut short by a refused write serves them again.
-    serving: Changes,
+    queue: WorkQueue,
+    runtime: Runtime,
     /// Who its writes are made as (its service account: the settings name it as `controllerUser`).
     pub user: User,
-    /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
-    pub variant: Variant,
-    /// Objects its own writes deleted, at the deletion's revision: the watch still brings their older states (the
-    /// echo of a deletion is not sent), and those must not bring them back. Dropped once the watch has passed the
-    /// revision (it delivers in revision order).
-    tombstones: BTreeMap<ObjectKey, u64>,
-    /// The waiters its last pass left waiting for capacity: skipped while nothing loosens (the engine's
-    /// `Waiting`), learnt only from passes whose writes all went through.
-    waiting: Waiting,
+}
+
+/// An empty process (no cache, not leading): what the world holds in the controller's place while the controller
+/// runs with the world as its cluster.
+impl Default for GpuController {
+    fn default() -> Self {
+        let user = User { username: String::new(), groups: Vec::new() };
+        GpuController {
+            cache: View::default(),
+            queue: WorkQueue::default(),
+            runtime: Runtime::new(Variant::SHIPPED),
+            user,
+        }
+    }
 }
 
 impl GpuController {
-    /// A controller whose cache starts as `synced` (the initial list), acting as `user`.
-    pub fn new(mut synced: View, user: User) -> Self {
+    /// A process whose cache starts as `synced` (the initial list), acting as `user`, running `variant`; it
+    /// reconciles once it leads ([`GpuController::lead`]).
+    pub fn new(mut synced: View, user: User, variant: Variant) -> Self {
         // A copy of the API server's store keeps objects only: the controller places, so its cache indexes them.
         synced.keep_placement(true);
-        GpuController {
-            cache: synced,
-            changes: Changes::default(),
-            dirty: true,
-            resync: false,
-            serving: Changes::default(),
-            user,
-            variant: Variant::SHIPPED,
-            tombstones: BTreeMap::new(),
-            waiting: Waiting::default(),
-        }
+        GpuController { cache: synced, queue: WorkQueue::default(), runtime: Runtime::new(variant), user }
     }
 
     pub fn cache(&self) -> &View {
         &self.cache
     }
 
-    /// Whether a pass has work: something arrived since the last one.
-    pub fn is_dirty(&self) -> bool {
-        self.dirty
+    /// The engine's rules it runs (the shipped ones unless a scenario asks for a counterfactual).
+    pub fn variant(&self) -> Variant {
+        *self.runtime.variant()
     }
 
-    /// A watch event: into the cache, its key onto the work queue.
-    pub fn observe(&mut self, change: Change) {
-        if !self.tombstones.is_empty() {
-            let revision = revision_of(&change);
-            if self.tombstones.get(&change.key()).is_some_and(|deleted| revision <= *deleted) {
-                return;
-            }
-            self.tombstones.retain(|_, deleted| *deleted > revision);
-        }
-        self.apply(change);
+    pub fn stats(&self) -> runtime::Stats {
+        self.runtime.stats()
     }
 
-    /// A live read's object (a GET or LIST of the API server, past the watch): into the cache and onto the work
-    /// queue as a watch event would be, when it is newer than the cached copy.
-    pub fn refresh(&mut self, change: Change) {
-        self.apply(change);
+    /// This replica leads: its next pass goes over everything.
+    pub fn lead(&mut self) {
+        self.runtime.set_leading(true);
     }
 
-    /// The last pass is taken again (a live read refreshed the cache under it before it wrote anything): the keys
-    /// it served go back on the queue.
-    pub fn retake(&mut self) {
-        let serving = std::mem::take(&mut self.serving);
-        self.changes.claims.extend(serving.claims);
-        self.changes.vmis.extend(serving.vmis);
-        self.changes.nodes.extend(serving.nodes);
+    /// A watch event: into the cache, its keys onto the work queue. Returns whether a pass has work now.
+    pub fn observe(&mut self, change: Change) -> bool {
+        self.queue.observe(&mut self.cache, change)
     }
 
-    fn apply(&mut self, change: Change) {
-        let Some(touched) = observe(&mut self.cache, change) else { return };
-        match touched {
-            Touched::Claim(namespace, name) => {
-                self.changes.claims.insert((namespace, name));
-            }
-            Touched::Vmi(namespace, name) => {
-                self.changes.vmis.insert((namespace, name));
-            }
-            Touched::Node(name) => {
-                self.changes.nodes.insert(name);
-            }
-            Touched::Pod => {}
-            Touched::Quiet => return,
-        }
-        self.dirty = true;
+    /// Runs the engine's rules of `variant` (set before the run starts).
+    pub fn set_variant(&mut self, variant: Variant) {
+        self.runtime.set_variant(variant);
     }
 
-    /// The pass went through: a resync is done, and the keys its writes queued (all the queue holds now) are dropped
-    /// when their echo would find nothing to do ([`echo_needs_pass`]: no waiter left).
-    pub fn passed(&mut self) {
-        self.resync = false;
-        self.waiting.landed();
-        if !echo_needs_pass(&self.cache) {
-            self.changes = Changes::default();
-            self.dirty = false;
-        }
-    }
-
-    /// Its own accepted write: into the cache at once, its keys queued as the watch echo will queue them.
-    pub fn written(&mut self, change: Change) {
-        if let Change::Delete { .. } = &change {
-            self.tombstones.insert(change.key(), revision_of(&change));
-        }
-        self.apply(change);
-    }
-
-    /// The next pass goes over everything (a new leader's first pass).
-    pub fn resync(&mut self) {
-        self.resync = true;
-        self.waiting.forget();
-        self.dirty = true;
-    }
-
-    /// One pass over what the queue holds (over everything after [`GpuController::resync`]): the actions to write,
-    /// in order.
-    pub fn reconcile(&mut self, now: Time) -> Vec<Action> {
-        self.dirty = false;
-        self.serving = std::mem::take(&mut self.changes);
-        let changes = (!self.resync).then_some(&self.serving);
-        reconcile_remembering(&self.cache, now, changes, &self.variant, &mut self.waiting)
-    }
-
-    /// A write was refused: the pass stops there, so the keys it served go back on the queue (the writes it did
-    /// not get to decided on them), with the key of the refused write.
-    pub fn requeue(&mut self, action: &Action) {
-        self.dirty = true;
-        self.waiting.forget();
-        self.retake();
-        match action {
-            Action::CreateClaim { claim, .. }
-            | Action::UpdateClaim { claim, .. }
-            | Action::DeleteClaim { claim, .. } => {
-                self.changes.claims.insert((claim.namespace.clone(), claim.name.clone()));
-            }
-            Action::PinAndUngate { pod, .. }
-            | Action::Ungate { pod, .. }
-            | Action::Pin { pod, .. }
-            | Action::SetPodWaiting { pod, .. } => {
-                if let Some(vmi) = self.cache.pod(&pod.namespace, &pod.name).and_then(|p| p.owner_vmi.clone()) {
-                    self.changes.vmis.insert((pod.namespace.clone(), vmi.name));
+    /// Runs the loop at `now` until it has nothing to do; returns when it wants to run again.
+    pub fn wake<C: Cluster>(&mut self, now: Time, cluster: &mut C) -> Result<Option<Time>, C::Error> {
+        // Each poll hands out a write, a read or a round of confirmation; a pass has a bounded number of each (its
+        // actions, CONFIRMATION_ROUNDS_MAX rounds) and a wake at `now` ends once nothing is due before a later time.
+        for _ in 0..POLLS_PER_WAKE_MAX {
+            match self.runtime.poll(&self.cache, &mut self.queue, now) {
+                Poll::Idle { wake_at } => return Ok(wake_at),
+                Poll::Confirm(nodes) => {
+                    for node in &nodes {
+                        let live = cluster.read_node(node, &self.cache);
+                        let objects = live.len();
+                        if self.runtime.read_live(&mut self.cache, &mut self.queue, node, Some(live), now) {
+                            cluster.node_refreshed(node, objects)?;
+                        }
+                    }
+                }
+                Poll::Refresh(object) => {
+                    let live = cluster.read(&object);
+                    self.runtime.refreshed(&mut self.cache, &mut self.queue, live);
+                }
+                Poll::Write(action) => {
+                    let outcome = cluster.write(&action, &self.user)?;
+                    self.runtime.wrote(&mut self.cache, &mut self.queue, outcome, now);
                 }
             }
-            Action::OpenUsage { .. }
-            | Action::CloseUsage { .. }
-            | Action::PublishClass { .. }
-            | Action::Event { .. } => {}
         }
+        panic!("the GPU controller's loop polled {POLLS_PER_WAKE_MAX} times at {now} without going idle");
     }
 }

@@ -24,6 +24,20 @@ impl Millis {
     }
 }
 
+/// Virtual time as a duration since the run's zero, for what counts in durations (the engine's rate limiters).
+impl From<Millis> for std::time::Duration {
+    fn from(at: Millis) -> Self {
+        std::time::Duration::from_millis(at.0)
+    }
+}
+
+/// A duration in whole milliseconds (rounded down; beyond u64's range, the largest).
+impl From<std::time::Duration> for Millis {
+    fn from(duration: std::time::Duration) -> Self {
+        Millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
 impl Add for Millis {
     type Output = Millis;
 

@@ -2,11 +2,11 @@
 //! and NotFound, finalizers, ownerReference garbage collection, the admission chain's failure policy, the gated-pod
 //! rules on the controller's writes, and the watch (order, lag, stale events ignored).
 
+use gpuclaim_engine::controller::runtime::{Change, Object, observe};
 use gpuclaim_engine::controller::{Action, ClaimStatus, ObjectRef};
 use gpuclaim_engine::fixtures::{self, gated_launcher, held_claim};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{ClaimPhase, Time, Usage, View, Vmi, VmiRef};
-use gpuclaim_sim::apiserver::watch::{Change, Object, observe};
 use gpuclaim_sim::apiserver::{ApiError, ApiServer, Kind};
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::users::{self, User};
@@ -260,74 +260,4 @@ fn the_watch_delivers_in_revision_order_after_its_lag_and_caches_skip_what_they_
 fn errors_name_their_kind_in_the_api_servers_words() {
     let error = ApiError::NotFound { kind: Kind::Usage, name: "u".into() };
     assert_eq!(error.to_string(), r#"gpuusages.gpu.cozystack.io "u" not found"#);
-}
-
-#[test]
-fn the_watch_wakes_the_controller_only_for_what_a_pass_reads() {
-    use gpuclaim_engine::model::{PodPhase, VmiPhase};
-    use gpuclaim_sim::apiserver::watch::Touched;
-    let mut cache = fixtures::two_node_cluster();
-    let mut revision = 0;
-    let mut upsert = |cache: &mut View, mut object: Object| {
-        revision += 1;
-        match &mut object {
-            Object::Vmi(vmi) => vmi.resource_version = revision.to_string().into(),
-            Object::Pod(pod) => pod.resource_version = revision.to_string().into(),
-            Object::Claim(claim) => claim.resource_version = revision.to_string().into(),
-            _ => unreachable!("VMIs, pods and claims only"),
-        }
-        observe(cache, Change::Upsert(object)).expect("a newer revision")
-    };
-    // A run with no claims yet: its key would bring nothing into a pass.
-    let mut run = vmi("a");
-    run.phase = VmiPhase::Scheduling;
-    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Quiet, "a new run with no claims");
-    let claim = fixtures::attached(held_claim("tenant-a", "c", "h100", 2), "gpu-1", "a");
-    assert_eq!(upsert(&mut cache, Object::Claim(claim)), Touched::Claim("tenant-a".into(), "c".into()));
-    run.phase = VmiPhase::Scheduled;
-    run.node_name = Some("gpu-1".into());
-    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Quiet, "scheduled: nothing a pass reads");
-    run.phase = VmiPhase::Running;
-    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Quiet, "running where its claim is");
-    run.node_name = Some("gpu-2".into());
-    assert_eq!(upsert(&mut cache, Object::Vmi(run.clone())), Touched::Vmi("tenant-a".into(), "a".into()), "moved");
-    // Its launcher: gated, bound (quiet), ended (frees what it took), updated once ended, deleted.
-    let mut pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
-    assert_eq!(upsert(&mut cache, Object::Pod(pod.clone())), Touched::Pod, "at the gate");
-    pod.scheduling_gates = Default::default();
-    pod.node_name = Some("gpu-1".into());
-    assert_eq!(upsert(&mut cache, Object::Pod(pod.clone())), Touched::Quiet, "bound");
-    pod.phase = PodPhase::Succeeded;
-    assert_eq!(upsert(&mut cache, Object::Pod(pod.clone())), Touched::Pod, "ended: its units are free");
-    assert_eq!(upsert(&mut cache, Object::Pod(pod.clone())), Touched::Quiet, "ended before: nothing new is free");
-    let gone = |kind, name: &str, revision: u64| Change::Delete {
-        kind,
-        namespace: "tenant-a".into(),
-        name: name.into(),
-        revision: revision.to_string().into(),
-    };
-    assert_eq!(observe(&mut cache, gone(Kind::Pod, &pod.name, 100)), Some(Touched::Quiet), "an ended pod's deletion");
-    let mut running = gated_launcher("tenant-a", "b", "[]", H100, 2, now());
-    running.scheduling_gates = Default::default();
-    running.node_name = Some("gpu-2".into());
-    running.phase = PodPhase::Running;
-    upsert(&mut cache, Object::Pod(running.clone()));
-    assert_eq!(
-        observe(&mut cache, gone(Kind::Pod, &running.name, 101)),
-        Some(Touched::Pod),
-        "a running pod's deletion"
-    );
-    // A raw-device VM's launcher (no claims cover its GPUs): bound, its devices take units the classes publish.
-    let mut raw = gated_launcher("tenant-a", "raw", "[]", H100, 2, now());
-    raw.labels = Default::default();
-    raw.scheduling_gates = Default::default();
-    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Quiet, "not bound yet: it takes nothing");
-    raw.node_name = Some("gpu-2".into());
-    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Pod, "bound: fewer free units to publish");
-    raw.phase = PodPhase::Running;
-    assert_eq!(upsert(&mut cache, Object::Pod(raw.clone())), Touched::Quiet, "running: nothing moved");
-    // The run's deletion: its key while a claim names it, quiet once none does.
-    assert_eq!(observe(&mut cache, gone(Kind::Vmi, "a", 102)), Some(Touched::Vmi("tenant-a".into(), "a".into())));
-    upsert(&mut cache, Object::Vmi(vmi("z")));
-    assert_eq!(observe(&mut cache, gone(Kind::Vmi, "z", 103)), Some(Touched::Quiet), "a run with no claims");
 }

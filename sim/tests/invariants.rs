@@ -1,10 +1,10 @@
 //! Each invariant the checked runs hold, broken on purpose: the check names it, with the exact detail.
 
+use gpuclaim_engine::controller::runtime::ObjectKey;
 use gpuclaim_engine::fixtures::{attached, bound, gated_launcher, held_claim, two_node_cluster};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Pod, PodPhase, Time, View};
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::apiserver::watch::ObjectKey;
 use gpuclaim_sim::apiserver::{ApiServer, Kind};
 use gpuclaim_sim::check::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 use gpuclaim_sim::kernel::Millis;

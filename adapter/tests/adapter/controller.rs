@@ -1,7 +1,8 @@
 //! The live controller against a fake API server holding a small cluster (the example objects, and the VM
 //! "trainer" with its launcher pod as our webhooks admitted them): the caches fill the view, readiness waits for
-//! them, a pass writes every action with its precondition (pin-and-ungate as one request), a conflict refreshes
-//! the object and the next pass succeeds, and a failure backs off.
+//! them, a pass writes every action with its precondition (pin-and-ungate as one request), a conflict reads the
+//! object again and the retry succeeds, and a failure backs off (the runtime's policy; engine's runtime tests hold
+//! its exact figures).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use gpuclaim_adapter::cache::{CacheKind, Caches};
 use gpuclaim_adapter::health::Tasks;
 use gpuclaim_adapter::leader::Leadership;
 use gpuclaim_adapter::metrics::Metrics;
-use gpuclaim_adapter::reconciler::{FAILURE_BACKOFF_MAX, PassOutcome, Reconciler, backoff};
+use gpuclaim_adapter::reconciler::{Reconciler, Turn};
 use gpuclaim_adapter::shared::SharedView;
 use gpuclaim_adapter::writer::{WriteError, Writer};
 use gpuclaim_engine::keys;
@@ -97,6 +98,8 @@ struct Controller {
     reconciler: Reconciler,
     /// The last lease renewal the writer sees.
     renewed: watch::Sender<Option<Instant>>,
+    /// Whether the elector says this replica leads.
+    leading: watch::Sender<bool>,
     _tasks: Arc<Tasks>,
     _api: FakeApi,
 }
@@ -125,8 +128,29 @@ impl Controller {
         let leadership = Leadership::following(lease, renew_deadline);
         let writer = Writer::new(api.client.clone(), caches.view.clone(), recorder, metrics.clone(), leadership)
             .with_call_timeout(call_timeout);
-        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), watch::channel(true).1);
-        Controller { store, metrics, caches, reconciler, renewed, _tasks: tasks, _api: api }
+        let (leading, elected) = watch::channel(true);
+        let reconciler = Reconciler::new(caches.clone(), writer, metrics.clone(), elected);
+        Controller { store, metrics, caches, reconciler, renewed, leading, _tasks: tasks, _api: api }
+    }
+
+    /// One turn of the loop.
+    async fn turn(&mut self) -> Turn {
+        self.reconciler.turn().await.expect("the view is not poisoned")
+    }
+
+    /// A turn once the retry the last one asked for is due.
+    async fn turn_after(&mut self, last: &Turn) -> Turn {
+        tokio::time::sleep(last.retry_after.expect("a retry was asked for") + Duration::from_millis(2)).await;
+        self.turn().await
+    }
+
+    /// A new leader's first pass, over everything: leadership lost and won again.
+    async fn first_pass_of_a_new_leader(&mut self) -> Turn {
+        self.leading.send(false).unwrap();
+        let idle = self.turn().await;
+        assert_eq!((idle.written, idle.retry_after), (0, None), "a replica that does not lead waits: {idle:?}");
+        self.leading.send(true).unwrap();
+        self.turn().await
     }
 
     /// Requests that changed something, events aside.
@@ -177,8 +201,8 @@ async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the
 async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_in_one_request() {
     let mut controller = Controller::start(cluster()).await;
     let pod_version = controller.store.get(POD).unwrap()["metadata"]["resourceVersion"].clone();
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::Done { written } if written > 0), "{outcome:?}");
+    let turn = controller.turn().await;
+    assert!(turn.written > 0 && turn.refused.is_none(), "{turn:?}");
 
     let writes = controller.writes();
     let pod_writes: Vec<_> = writes.iter().filter(|r| r.path.starts_with(POD)).collect();
@@ -255,9 +279,9 @@ async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_i
     }
     assert!(exposition.contains("gpuclaim_writes_total{action=\"PinAndUngate\",result=\"ok\"} 1"), "{exposition}");
 
-    // Read-your-writes: the view holds what was written, so the next pass writes nothing.
-    let again = controller.reconciler.pass().await;
-    assert!(matches!(again, PassOutcome::Done { written: 0 }), "{again:?}");
+    // Read-your-writes: the view holds what was written, so even a pass over everything writes nothing.
+    let again = controller.first_pass_of_a_new_leader().await;
+    assert_eq!(again.written, 0, "{again:?}");
 }
 
 #[tokio::test]
@@ -268,18 +292,17 @@ async fn a_conflict_refreshes_the_object_and_the_next_pass_writes_it() {
     changed["metadata"]["labels"] = json!({"team": "ml"});
     let version = controller.store.put(TRAIN_A, changed);
 
-    let outcome = controller.reconciler.pass().await;
-    let PassOutcome::Stale { error: WriteError::Stale { object, code, .. }, .. } = &outcome else {
-        panic!("expected a stale view, got {outcome:?}")
-    };
+    let turn = controller.turn().await;
+    let Some(WriteError::Stale { object, code, .. }) = &turn.refused else { panic!("expected a stale view: {turn:?}") };
     assert_eq!((object.name.as_str(), *code), ("train-a", 409));
+    assert!(turn.retry_after.is_some_and(|after| after <= Duration::from_millis(5)), "the object backs off 5 ms");
     assert!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT));
     let refreshed =
         controller.caches.view.read().unwrap().claim("tenant-a", "train-a").unwrap().resource_version.clone();
     assert_eq!(refreshed, version, "the conflicting claim was read again");
 
-    let retried = controller.reconciler.pass().await;
-    assert!(matches!(retried, PassOutcome::Done { .. }), "{retried:?}");
+    let retried = controller.turn_after(&turn).await;
+    assert!(retried.written > 0 && retried.refused.is_none(), "{retried:?}");
     assert_eq!(controller.store.get(TRAIN_A).unwrap()["status"]["phase"], "Attached");
     assert_eq!(controller.store.get(TRAIN_A).unwrap()["metadata"]["labels"], json!({"team": "ml"}));
     assert_eq!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"], json!([]));
@@ -290,22 +313,28 @@ async fn a_failing_api_server_gets_exponential_backoff_and_nothing_is_pinned() {
     let mut controller = Controller::start(cluster()).await;
     // 500, not 503: kube's client retries 503 on its own before the reconciler sees the error.
     controller.store.set_failing(Some(StatusCode::INTERNAL_SERVER_ERROR));
-    for expected in [1, 2, 4] {
-        let outcome = controller.reconciler.pass().await;
-        let PassOutcome::Failed { retry_after, .. } = outcome else { panic!("expected a failure, got {outcome:?}") };
-        assert_eq!(retry_after, Duration::from_secs(expected));
+    let mut turn = controller.turn().await;
+    let mut delays = Vec::new();
+    for expected in [5, 10, 20] {
+        assert!(matches!(turn.refused, Some(WriteError::Failed { .. })), "expected a failure: {turn:?}");
+        let after = turn.retry_after.expect("a retry is asked for");
+        assert!(after <= Duration::from_millis(expected), "{after:?} > {expected} ms");
+        delays.push(after);
+        turn = controller.turn_after(&turn).await;
     }
-    assert_eq!(backoff(30), FAILURE_BACKOFF_MAX);
+    assert!(delays.windows(2).all(|pair| pair[1] > pair[0]), "the same object backs off longer each time: {delays:?}");
+    assert!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT));
     controller.store.set_failing(None);
-    assert!(matches!(controller.reconciler.pass().await, PassOutcome::Done { .. }));
+    let healed = controller.turn_after(&turn).await;
+    assert!(healed.written > 0 && healed.refused.is_none(), "{healed:?}");
 }
 
 #[tokio::test]
 async fn a_replica_that_does_not_lead_writes_nothing() {
     let mut controller = Controller::start(cluster()).await;
     controller.renewed.send(None).unwrap();
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    let turn = controller.turn().await;
+    assert_eq!(turn.written, 0, "{turn:?}");
     assert!(controller.writes().is_empty());
 }
 
@@ -316,8 +345,8 @@ async fn a_pod_outside_claims_takes_its_devices_so_the_launcher_waits() {
 
     let mut controller = Controller::start(store).await;
     assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_some());
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::Done { .. }), "{outcome:?}");
+    let turn = controller.turn().await;
+    assert!(turn.refused.is_none(), "{turn:?}");
     let pod = controller.store.get(POD).unwrap();
     assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "not pinned to a full node");
     let waiting = &pod["status"]["conditions"][0];
@@ -340,8 +369,8 @@ async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_br
     put_raw_gpu_pod(&controller.store);
     assert!(controller.caches.view.read().unwrap().pod("tenant-b", "virt-launcher-raw-gpu-abcde").is_none());
 
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::Done { .. }), "{outcome:?}");
+    let turn = controller.turn().await;
+    assert!(turn.refused.is_none(), "{turn:?}");
     let lists: Vec<String> = controller
         .store
         .requests()
@@ -358,9 +387,9 @@ async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_br
     let exposition = controller.metrics.encode();
     assert!(exposition.contains("\ngpuclaim_pins_rechecked_total 1\n"), "{exposition}");
 
-    // Nothing new behind the watch: the next pass reads nothing more into the view and writes nothing.
-    let again = controller.reconciler.pass().await;
-    assert!(matches!(again, PassOutcome::Done { written: 0 }), "{again:?}");
+    // Nothing new behind the watch: a pass over everything reads nothing more into the view and writes nothing.
+    let again = controller.first_pass_of_a_new_leader().await;
+    assert_eq!(again.written, 0, "{again:?}");
 }
 
 #[tokio::test]
@@ -368,15 +397,13 @@ async fn a_write_the_api_server_never_answers_is_given_up_after_the_call_timeout
     let mut controller = Controller::start_with(cluster(), Duration::from_millis(300), Duration::from_secs(3600)).await;
     controller.store.set_hanging_writes(true);
     let started = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), controller.reconciler.pass())
+    let turn = tokio::time::timeout(Duration::from_secs(10), controller.turn())
         .await
         .expect("a hung write does not stall the pass");
     let took = started.elapsed();
-    let PassOutcome::Failed { error: WriteError::Timeout { after, .. }, retry_after } = outcome else {
-        panic!("{outcome:?}")
-    };
+    let Some(WriteError::Timeout { after, .. }) = turn.refused else { panic!("{turn:?}") };
     assert_eq!(after, Duration::from_millis(300));
-    assert_eq!(retry_after, backoff(1), "a timeout backs off like any failure");
+    assert!(turn.retry_after.is_some_and(|after| after <= Duration::from_millis(5)), "backs off like any failure");
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "gave up after {took:?}");
     assert_eq!(controller.writes().len(), 1, "the pass stopped at the write that hung");
     let exposition = controller.metrics.encode();
@@ -390,13 +417,13 @@ async fn a_hung_write_is_given_up_when_the_lease_runs_out_before_the_call_timeou
     controller.store.set_hanging_writes(true);
     controller.renewed.send(Some(Instant::now())).unwrap();
     let started = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), controller.reconciler.pass()).await.unwrap();
+    let turn = tokio::time::timeout(Duration::from_secs(10), controller.turn()).await.unwrap();
     let took = started.elapsed();
-    assert!(matches!(outcome, PassOutcome::Failed { error: WriteError::Timeout { .. }, .. }), "{outcome:?}");
+    assert!(matches!(turn.refused, Some(WriteError::Timeout { .. })), "{turn:?}");
     assert!(took < Duration::from_secs(2), "the write waited {took:?}, past what was left of the lease (500 ms)");
     let writes = controller.writes().len();
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    let turn = controller.turn_after(&turn).await;
+    assert_eq!((turn.written, turn.refused.is_none()), (0, true), "{turn:?}");
     assert_eq!(controller.writes().len(), writes, "nothing more is sent once the lease lapsed");
 }
 
@@ -406,11 +433,12 @@ async fn a_replica_whose_last_renewal_is_older_than_the_renew_deadline_sends_no_
     let mut controller = Controller::start_with(cluster(), Duration::from_secs(10), renew_deadline).await;
     controller.renewed.send(Some(Instant::now())).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::NotLeading { written: 0 }), "{outcome:?}");
+    let turn = controller.turn().await;
+    assert_eq!(turn.written, 0, "{turn:?}");
     assert!(controller.writes().is_empty(), "{:#?}", controller.writes());
 
+    tokio::time::sleep(turn.retry_after.expect("tried again after a while")).await;
     controller.renewed.send(Some(Instant::now())).unwrap();
-    let outcome = controller.reconciler.pass().await;
-    assert!(matches!(outcome, PassOutcome::Done { written } if written > 0), "renewed again: {outcome:?}");
+    let turn = controller.turn().await;
+    assert!(turn.written > 0, "renewed again: {turn:?}");
 }

@@ -8,6 +8,7 @@ use gpuclaim_adapter::cache::Caches;
 use gpuclaim_adapter::health::Tasks;
 use gpuclaim_adapter::https::Limits;
 use gpuclaim_adapter::webhook;
+use gpuclaim_engine::controller::runtime::{Change, Kind};
 
 use crate::support;
 use crate::webhook_https::Server;
@@ -25,14 +26,13 @@ async fn a_panic_inside_the_view_lock_fails_the_probes_and_reviews_get_503_not_a
     assert_eq!(post().await.status, 200);
     assert_eq!(support::get_plain(probes, "/healthz").await, (200, "ok\n".to_owned()));
 
-    // A change that panics half-way, as a bug in the engine's bookkeeping would (on a thread of its own, so the
+    // Changes that panic half-way, as a bug in the engine's bookkeeping would (on a thread of its own, so the
     // panic ends that thread as it ends a watch's task).
     let changing = caches.clone();
     let panicked = std::thread::spawn(move || {
-        let _ = changing.apply(|view, _| {
-            view.remove_class("h100");
-            panic!("a bug half-way through a change");
-        });
+        let gone = Change::Delete { kind: Kind::Class, namespace: "".into(), name: "h100".into(), revision: "".into() };
+        let _ =
+            changing.apply([gone].into_iter().chain(std::iter::from_fn(|| panic!("a bug half-way through a change"))));
     })
     .join();
     assert!(panicked.is_err(), "the change panicked");
@@ -47,7 +47,7 @@ async fn a_panic_inside_the_view_lock_fails_the_probes_and_reviews_get_503_not_a
         "cannot answer: the view is unusable: a change panicked half-way through it (its lock is poisoned); the \
          replica must restart\n"
     );
-    assert!(caches.apply(|_, _| {}).is_err(), "nothing more is folded into a poisoned view");
+    assert!(caches.apply([]).is_err(), "nothing more is folded into a poisoned view");
 }
 
 #[tokio::test]

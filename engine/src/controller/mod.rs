@@ -18,6 +18,7 @@ mod names;
 mod placement;
 mod publish;
 mod reasons;
+pub mod runtime;
 mod usage;
 mod waiting;
 
@@ -30,9 +31,7 @@ pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
 pub use reasons::Wait;
 pub use waiting::Waiting;
 
-use crate::model::{
-    Claim, ClaimPhase, Class, Name, Pod, PodPhase, Time, View, Vmi, VmiPhase, VmiRef, holds_placement_gate,
-};
+use crate::model::{Claim, ClaimPhase, Class, Name, Time, View, Vmi, VmiPhase, VmiRef};
 use crate::variant::Variant;
 
 /// The most candidate nodes one placement examines before it reports no capacity: a bound on the work one pod may
@@ -74,58 +73,9 @@ fn running_on(vmi: &Vmi) -> Option<&Name> {
 
 /// The node a claim attached to `run` must follow it to: where the run runs once Running (a completed migration
 /// moved it), when that is not the claim's node. The one rule both the pass (`settle_attachment`) and the event
-/// filter ([`vmi_key_needed`]) read, so the filter never drops an update the pass would follow.
+/// filter ([`runtime::vmi_key_needed`]) read, so the filter never drops an update the pass would follow.
 fn follow_to<'r>(claim: &Claim, run: &'r Vmi) -> Option<&'r Name> {
     running_on(run).filter(|node| Some(node.as_str()) != claim.node.as_deref())
-}
-
-/// Whether a VMI update needs its run's key on a controller's queue, `view` being the cache it arrives in: the
-/// update [matters](vmi_change_matters) and a pass would find claims of the run ([`run_key_visits`]); and when only
-/// where the run runs moved (the same run, not ended), a claim attached to it is bound elsewhere — following a
-/// completed migration is all a pass does with that (a launcher going Running where its claims are changes nothing).
-pub fn vmi_key_needed(view: &View, cached: Option<&Vmi>, incoming: &Vmi) -> bool {
-    if !vmi_change_matters(cached, incoming) || !run_key_visits(view, &incoming.namespace, &incoming.name) {
-        return false;
-    }
-    let same_run = cached.is_some_and(|c| c.uid == incoming.uid && c.phase.is_final() == incoming.phase.is_final());
-    if !same_run {
-        return true;
-    }
-    view.claims_of_run(&incoming.namespace, &incoming.name).any(|claim| {
-        claim.attached_to.as_ref().is_some_and(|run| run.name == incoming.name) && follow_to(claim, incoming).is_some()
-    })
-}
-
-/// Whether a pod update wakes a pass (pods need no key: every pass serves the whole queue): a pod at the placement
-/// gate, or one that has just ended (what it took is free for the waiters); `cached` is the phase the cache held
-/// (none: a new pod). Besides these, a pod whose devices counted beyond its claims moved wakes one too
-/// ([`View::upsert_pod_counting`] says so: a raw-device launcher or a migration target bound, so the classes publish
-/// fewer free units). A pod bound or running where it was placed wakes nothing.
-pub fn pod_change_wakes(cached: Option<PodPhase>, incoming: &Pod) -> bool {
-    let ended_before = cached.is_some_and(PodPhase::is_terminal);
-    holds_placement_gate(incoming) || (incoming.phase.is_terminal() && !ended_before)
-}
-
-/// Whether a pod's deletion wakes a pass: not once it had ended — its end freed what it took, and the garbage
-/// collector deletes it with its VMI.
-pub fn pod_deletion_wakes(cached: &Pod) -> bool {
-    !cached.phase.is_terminal()
-}
-
-/// Whether the echo of a pass's own writes needs a pass of its own, `view` being the cache with every write of that
-/// pass in. A pass takes each decision that waits on nothing whole — a second pass over the state its writes leave
-/// writes nothing (the property `the_controller_keeps_every_invariant_and_one_pass_is_enough`) — so its writes can
-/// only matter to waiters: a pod at the gate or a held claim pending, which a release lets through (a template
-/// claim's name freed once its deletion lands). With none left, the echo's pass would decide nothing.
-pub fn echo_needs_pass(view: &View) -> bool {
-    view.gated_pods().next().is_some() || view.pending_held_claims().next().is_some()
-}
-
-/// Whether a VMI's key on the queue would bring anything into a pass over `view` (the cache with the change
-/// applied): [`reconcile_changes`] reads a changed run only through its claims, so the key of a run with no claims
-/// there (a VMI just created, or deleted after its claims went) visits nothing and need not wake a pass.
-pub fn run_key_visits(view: &View, namespace: &str, vmi: &str) -> bool {
-    view.claims_of_run(namespace, vmi).next().is_some()
 }
 
 /// What changed since the view was last reconciled: the keys a controller's work queue holds (from watch events,

@@ -530,60 +530,6 @@ fn a_vmi_change_matters_only_where_a_pass_reads_it() {
     assert!(vmi_change_matters(Some(&scheduling), &another_run), "a new run under the same name");
 }
 
-#[test]
-fn a_vmi_key_is_needed_only_where_a_pass_would_decide_something_new() {
-    let mut view = world();
-    let scheduled = vmi("tenant-a", "vm-1", VmiPhase::Scheduled, Some("gpu-1"));
-    let running = vmi("tenant-a", "vm-1", VmiPhase::Running, Some("gpu-1"));
-    assert!(!vmi_key_needed(&view, Some(&scheduled), &running), "no claim names the run: nothing to visit");
-    view.upsert_claim(fixtures::attached(held_claim("tenant-a", "held", "h100", 2), "gpu-1", "vm-1"));
-    view.upsert_vmi(scheduled.clone());
-    assert!(vmi_key_needed(&view, None, &scheduled), "a run its claims name");
-    assert!(!vmi_key_needed(&view, Some(&scheduled), &running), "running where its claims are: nothing follows");
-    let mut migrated = running.clone();
-    migrated.node_name = Some("gpu-2".into());
-    assert!(vmi_key_needed(&view, Some(&running), &migrated), "running elsewhere: its claims follow");
-    let ended = vmi("tenant-a", "vm-1", VmiPhase::Succeeded, Some("gpu-1"));
-    assert!(vmi_key_needed(&view, Some(&running), &ended), "ended: its claims are released");
-    let mut another_run = running.clone();
-    another_run.uid = "uid-another-run".into();
-    assert!(vmi_key_needed(&view, Some(&running), &another_run), "another run under the same name");
-    assert!(!vmi_key_needed(&view, Some(&scheduled), &scheduled), "nothing read changed");
-}
-
-#[test]
-fn the_echo_of_a_pass_needs_a_pass_only_while_something_waits() {
-    let mut view = world();
-    assert!(!echo_needs_pass(&view), "nothing waits");
-    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
-    view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":2}]"#, H100, 2, at(0)));
-    assert!(echo_needs_pass(&view), "a pod at the gate");
-    settle(&mut view, at(1));
-    assert!(!echo_needs_pass(&view), "placed and ungated: nothing waits");
-    claim_at(&mut view, held_claim("tenant-a", "train-a", "h100", 1), 2);
-    assert!(echo_needs_pass(&view), "a held claim pending");
-    settle(&mut view, at(3));
-    assert!(!echo_needs_pass(&view), "bound: nothing waits");
-}
-
-#[test]
-fn a_pod_change_wakes_a_pass_at_the_gate_and_when_it_has_just_ended() {
-    use crate::model::PodPhase;
-    let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(0));
-    assert!(pod_change_wakes(None, &pod), "a new pod at the gate");
-    pod.scheduling_gates.clear();
-    pod.node_name = Some("gpu-1".into());
-    assert!(!pod_change_wakes(Some(PodPhase::Pending), &pod), "bound where it was pinned");
-    pod.phase = PodPhase::Running;
-    assert!(!pod_change_wakes(Some(PodPhase::Pending), &pod), "running");
-    pod.phase = PodPhase::Succeeded;
-    assert!(pod_change_wakes(Some(PodPhase::Running), &pod), "just ended: its units are free");
-    assert!(!pod_change_wakes(Some(PodPhase::Succeeded), &pod), "ended before: nothing new");
-    assert!(!pod_deletion_wakes(&pod), "deleted after it ended");
-    pod.phase = PodPhase::Running;
-    assert!(pod_deletion_wakes(&pod), "deleted while running: its units come free now");
-}
-
 /// One remembering pass, checked against the full scan, its writes applied and landed.
 fn remembering_pass(view: &mut View, waiting: &mut Waiting, now: Time) -> Vec<Action> {
     let actions = reconcile_remembering(view, now, None, &Variant::SHIPPED, waiting);
@@ -622,7 +568,7 @@ fn a_waiter_for_capacity_is_skipped_until_something_loosens() {
     assert_eq!(waiting.visited(), 1, "the new waiter only");
     // vm-1's run ends: its units come free, the generation moves and the pass places the waiter.
     let pod = view.pod("tenant-b", "virt-launcher-vm-1-abcde").unwrap().clone();
-    view.upsert_pod(Pod { phase: crate::model::PodPhase::Succeeded, ..pod });
+    view.upsert_pod(crate::model::Pod { phase: crate::model::PodPhase::Succeeded, ..pod });
     view.upsert_vmi(vmi("tenant-b", "vm-1", VmiPhase::Succeeded, None));
     assert_ne!(view.generation(), generation);
     let actions = remembering_pass(&mut view, &mut waiting, at(4));

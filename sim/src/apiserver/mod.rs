@@ -31,47 +31,11 @@ use admission::served::{ServedClaim, ServedNamespace};
 use admission::{Admission, AdmissionError};
 use gates::{Invalid, validate_pod_create, validate_pod_update};
 use gpuclaim_engine::rules::Order;
-use watch::{Change, Object, Watch};
+use watch::Watch;
 
-/// The kinds the twin stores, with the names the API server's messages use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Class,
-    Claim,
-    Usage,
-    Pod,
-    Vmi,
-    Node,
-    Namespace,
-}
-
-impl Kind {
-    /// The kind as objects name it (`GPUClaim`, `Pod`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Class => "GPUClass",
-            Kind::Claim => "GPUClaim",
-            Kind::Usage => "GPUUsage",
-            Kind::Pod => "Pod",
-            Kind::Vmi => "VirtualMachineInstance",
-            Kind::Node => "Node",
-            Kind::Namespace => "Namespace",
-        }
-    }
-
-    /// The resource as the API server names it in messages (`pods`, `gpuclaims.gpu.cozystack.io`).
-    pub fn resource(self) -> &'static str {
-        match self {
-            Kind::Class => "gpuclasses.gpu.cozystack.io",
-            Kind::Claim => "gpuclaims.gpu.cozystack.io",
-            Kind::Usage => "gpuusages.gpu.cozystack.io",
-            Kind::Pod => "pods",
-            Kind::Vmi => "virtualmachineinstances.kubevirt.io",
-            Kind::Node => "nodes",
-            Kind::Namespace => "namespaces",
-        }
-    }
-}
+/// The kinds the twin stores are the kinds the GPU controller caches, with the names the API server's messages use.
+pub use gpuclaim_engine::controller::runtime::Kind;
+use gpuclaim_engine::controller::runtime::{Change, Object};
 
 /// A refused request, with the API server's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -747,7 +711,8 @@ impl ApiServer {
         self.validate(Operation::Update, request::NAMESPACES, "", ("", namespace), user, Some(&new), Some(&old))?;
         self.store.set_vgpu_entitled(namespace, vgpu_entitled);
         let resource_version = self.next_revision();
-        let object = watch::Namespace { name: namespace.into(), vgpu_entitled, resource_version };
+        let object =
+            gpuclaim_engine::controller::runtime::Namespace { name: namespace.into(), vgpu_entitled, resource_version };
         self.watch.push(Change::Upsert(Object::Namespace(object)));
         Ok(())
     }

@@ -20,8 +20,8 @@ use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
 
 use crate::apiserver::Kind;
-use crate::apiserver::watch::ObjectKey;
 use crate::kernel::Millis;
+use gpuclaim_engine::controller::runtime::ObjectKey;
 
 /// One invariant, by the name scenario files and reports use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

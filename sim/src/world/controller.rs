@@ -1,12 +1,15 @@
-//! The GPU controller in the loop: watch deliveries into its cache, passes when its queue holds work, its writes
-//! through the API server, and what each accepted write sets going (the scheduler for a pod it ungated).
+//! The GPU controller in the loop: watch deliveries into its cache, its loop run when its queue wakes or when it
+//! asked to run again, its writes through the API server, and what each accepted write sets going (the scheduler
+//! for a pod it ungated).
 
 use crate::log::{ClusterNamed, Named};
-use gpuclaim_engine::controller::{Action, ObjectRef, PinConfirmation};
-use gpuclaim_engine::model::Time;
+use gpuclaim_engine::controller::Action;
+use gpuclaim_engine::controller::runtime::{Change, Kind, Object, ObjectKey, Outcome, newer, target};
+use gpuclaim_engine::model::View;
 
-use crate::apiserver::watch::{Change, Object, newer};
-use crate::apiserver::{ApiError, Kind};
+use crate::apiserver::ApiError;
+use crate::gpu_controller::Cluster;
+use crate::users::User;
 
 use super::{Event, World, WorldError};
 use crate::kernel::Millis;
@@ -15,16 +18,17 @@ impl World {
     /// Watch events reach the controller's cache; work wakes it.
     pub(super) fn deliver_watch(&mut self) -> Result<(), WorldError> {
         let now = self.now();
+        let mut woke = false;
         for change in self.api.watch().deliver(now) {
-            self.controller.observe(change);
+            woke |= self.controller.observe(change);
         }
-        if self.controller.is_dirty() {
+        if woke {
             self.wake_controller_at(now)?;
         }
         Ok(())
     }
 
-    /// Schedules a pass at `at` unless one is due by then.
+    /// Schedules a wake at `at` unless one is due by then.
     pub(super) fn wake_controller_at(&mut self, at: Millis) -> Result<(), WorldError> {
         if self.wake_at.is_some_and(|pending| pending <= at) {
             return Ok(());
@@ -33,110 +37,37 @@ impl World {
         self.schedule_at(at, Event::ControllerWake)
     }
 
-    /// One pass over the cache; its writes go through the API server in order until one is refused.
+    /// The controller's loop runs: passes, confirmations and writes until it has nothing to do now; it runs again
+    /// when it asked to, or when the watch wakes its queue. Without a leader nothing reconciles; the queue keeps what
+    /// arrives for the next leader's first pass.
     pub(super) fn controller_wake(&mut self) -> Result<(), WorldError> {
         if self.wake_at == Some(self.now()) {
             self.wake_at = None;
         }
-        // Without a leader nothing reconciles; the queue keeps what arrives for the next leader's resync.
-        if !self.controller.is_dirty() || !self.has_leader() {
+        if !self.has_leader() {
             return Ok(());
         }
-        self.stats.controller_passes += 1;
         let now = self.time();
-        let mut actions = self.controller.reconcile(now);
-        if !self.controller.variant.unconfirmed_pins {
-            actions = self.confirm_pins(actions, now)?;
-        }
-        // A refused write's retry delay: client-go's rate limiter for that object (5 ms·2^k per object, a shared
-        // 10/s bucket), so one object that keeps conflicting does not hold the others back.
-        let mut refused: Option<Millis> = None;
-        for action in &actions {
-            let written = if self.injected_conflict() && !matches!(action, Action::Event { .. }) {
-                let (kind, object) = target(action);
-                Err(ApiError::Conflict { kind, name: object.name.to_string() })
-            } else {
-                self.api.write(action, now, &self.controller.user)
-            };
-            match written {
-                Ok(changes) => {
-                    // Naming the object costs a string per write: only worth it when something backs off.
-                    if self.controller_retries.backing_off() {
-                        self.controller_retries.forget(&action_object(action));
-                    }
-                    // Written through: the next pass sees its own writes at once.
-                    for change in changes {
-                        self.controller.written(change);
-                    }
-                    self.after_write(action)?;
-                }
-                Err(error) => {
-                    let object = action_object(action);
-                    self.refused("gpu-controller", &object, "WriteRefused", error.reason(), error.to_string())?;
-                    self.controller.requeue(action);
-                    refused = Some(self.controller_retries.when(&object, self.now()));
-                    break;
-                }
-            }
-        }
-        if refused.is_none() {
-            self.controller.passed();
-        }
-        // What its own writes queued is served when their echo would arrive, one lag later; a refused write
-        // requeues after its object's backoff instead.
-        if self.controller.is_dirty() {
-            let delay = refused.unwrap_or(self.timing.watch_lag);
-            self.wake_controller_at(self.now() + delay)?;
+        let before = self.controller.stats();
+        // The controller is taken out of the world while it runs, so that the world can be its cluster.
+        let mut controller = std::mem::take(&mut self.controller);
+        let woken = controller.wake(now, self);
+        self.controller = controller;
+        let after = self.controller.stats();
+        self.stats.controller_passes += after.passes - before.passes;
+        self.stats.pins_rechecked += after.pins_rechecked - before.pins_rechecked;
+        if let Some(at) = woken? {
+            let at = Millis(u64::try_from(at.as_millisecond() - self.epoch_ms).unwrap_or(0)).max(self.now());
+            self.wake_controller_at(at)?;
         }
         Ok(())
     }
 
-    /// Confirms a pass's pins before anything is written: kube-scheduler binds pods the controller does not place
-    /// (migration targets, raw-device VMs), and a cache one watch lag behind would pin a launcher onto units one of
-    /// them has just taken. So the controller reads each pin's node and the pods bound there from the API server
-    /// (a GET and a LIST, as fresh as the store), takes whatever is newer than its cache into the cache, and if
-    /// that changed the node as placement sees it, takes the pass again on what it now knows ([`PinConfirmation`]:
-    /// a node is read once per wake, a bounded number of rounds).
-    fn confirm_pins(&mut self, mut actions: Vec<Action>, now: Time) -> Result<Vec<Action>, WorldError> {
-        let mut confirmation = PinConfirmation::default();
-        loop {
-            let nodes = confirmation.next_round(&actions);
-            if nodes.is_empty() {
-                break;
-            }
-            let mut refreshed = 0;
-            for node in &nodes {
-                let fresher = self.live_read(node);
-                if fresher.is_empty() {
-                    continue;
-                }
-                // Newer objects that leave the node as placement sees it (a pod gone Running) change no decision.
-                let before = self.controller.cache().node_standing(node);
-                let taken = fresher.len();
-                for change in fresher {
-                    self.controller.refresh(change);
-                }
-                if self.controller.cache().node_standing(node) != before {
-                    let fields: &[(&str, &str)] = &[("objects", &taken.to_string())];
-                    self.record("gpu-controller", &format_args!("Node {node}"), "CacheRefreshed", fields)?;
-                    refreshed += 1;
-                }
-            }
-            if refreshed == 0 {
-                break;
-            }
-            self.stats.pins_rechecked += 1;
-            self.controller.retake();
-            actions = self.controller.reconcile(now);
-        }
-        Ok(actions)
-    }
-
-    /// What a GET of `node` and a LIST of the pods bound there return that the controller's cache has older or
-    /// not at all. Pods the list no longer shows are left to the watch: keeping them only makes the controller
-    /// more careful until it catches up.
-    fn live_read(&self, node: &str) -> Vec<Change> {
-        let (store, cache) = (self.api.store(), self.controller.cache());
+    /// What a GET of `node` and a LIST of the pods bound there return that `cache` has older or not at all. Pods
+    /// the list no longer shows are left to the watch: keeping them only makes the controller more careful until it
+    /// catches up.
+    fn live_read(&self, node: &str, cache: &View) -> Vec<Change> {
+        let store = self.api.store();
         let mut fresher = Vec::new();
         if let Some(live) = store.node(node)
             && newer(cache.node(node).map(|n| n.resource_version.as_str()), &live.resource_version)
@@ -219,28 +150,63 @@ impl World {
     }
 }
 
-/// The object an action writes, and its kind.
-fn target(action: &Action) -> (Kind, ObjectRef) {
-    match action {
-        Action::CreateClaim { claim, .. } | Action::UpdateClaim { claim, .. } | Action::DeleteClaim { claim, .. } => {
-            (Kind::Claim, claim.clone())
-        }
-        Action::PinAndUngate { pod, .. }
-        | Action::Ungate { pod, .. }
-        | Action::Pin { pod, .. }
-        | Action::SetPodWaiting { pod, .. } => (Kind::Pod, pod.clone()),
-        Action::OpenUsage { usage } => (Kind::Usage, ObjectRef::new(&usage.namespace, &usage.name)),
-        Action::CloseUsage { usage, .. } => (Kind::Usage, usage.clone()),
-        Action::PublishClass { class, .. } => (Kind::Class, ObjectRef::new("", class)),
-        Action::Event { object, .. } => (Kind::Pod, object.clone()),
-    }
-}
+/// The world as the controller's cluster: the API server answers its reads and writes as it would the live
+/// controller's; an accepted write is logged and sets what follows it going.
+impl Cluster for World {
+    type Error = WorldError;
 
-/// How the log names the object an action writes (`GPUClaim ns/name`).
-fn action_object(action: &Action) -> String {
-    let (kind, object) = target(action);
-    match kind {
-        Kind::Class => format!("{} {}", kind.name(), object.name),
-        _ => format!("{} {object}", kind.name()),
+    fn write(&mut self, action: &Action, user: &User) -> Result<Outcome, WorldError> {
+        let written = if self.injected_conflict() && !matches!(action, Action::Event { .. }) {
+            let object = target(action);
+            Err(ApiError::Conflict { kind: object.kind, name: object.name.to_string() })
+        } else {
+            self.api.write(action, self.time(), user)
+        };
+        match written {
+            Ok(changes) => {
+                self.after_write(action)?;
+                Ok(Outcome::Written(changes))
+            }
+            Err(error) => {
+                let object = target(action).to_string();
+                self.refused("gpu-controller", &object, "WriteRefused", error.reason(), error.to_string())?;
+                Ok(match error {
+                    ApiError::Conflict { .. } | ApiError::AlreadyExists { .. } | ApiError::NotFound { .. } => {
+                        Outcome::Stale
+                    }
+                    _ => Outcome::Failed,
+                })
+            }
+        }
+    }
+
+    fn read_node(&mut self, node: &str, cache: &View) -> Vec<Change> {
+        self.live_read(node, cache)
+    }
+
+    fn read(&mut self, object: &ObjectKey) -> Option<Change> {
+        let store = self.api.store();
+        let (namespace, name) = (&object.namespace, &object.name);
+        let live = match object.kind {
+            Kind::Claim => store.claim(namespace, name).cloned().map(Object::Claim),
+            Kind::Pod => store.pod(namespace, name).cloned().map(Object::Pod),
+            Kind::Usage => store.usage(namespace, name).cloned().map(Object::Usage),
+            Kind::Class => store.class(name).cloned().map(Object::Class),
+            Kind::Node => store.node(name).cloned().map(Object::Node),
+            Kind::Vmi => store.vmi(namespace, name).cloned().map(Object::Vmi),
+            // Never written by the controller, so never read back after a refused write.
+            Kind::Namespace | Kind::Quota | Kind::Settings => return None,
+        };
+        Some(live.map(Change::Upsert).unwrap_or_else(|| Change::Delete {
+            kind: object.kind,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            revision: Default::default(),
+        }))
+    }
+
+    fn node_refreshed(&mut self, node: &str, objects: usize) -> Result<(), WorldError> {
+        let fields: &[(&str, &str)] = &[("objects", &objects.to_string())];
+        self.record("gpu-controller", &format_args!("Node {node}"), "CacheRefreshed", fields)
     }
 }

@@ -92,7 +92,7 @@ impl World {
             self.deployment.elections = 1;
             // The leader's first pass goes over everything at once (it publishes the classes before any order
             // reads them), as the live controller's first pass after its caches sync.
-            self.controller.resync();
+            self.controller.lead();
             if self.wake_at.is_none_or(|at| at > self.now()) {
                 self.wake_at = Some(self.now());
                 self.kernel.schedule_at(self.now(), Event::ControllerWake).expect("now is never in the past");
@@ -211,12 +211,11 @@ impl World {
         self.deployment.elections += 1;
         let name = self.deployment.replicas[index].name.clone();
         self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", &[("holder", &name)])?;
-        let (user, variant) = (self.controller.user.clone(), self.controller.variant);
+        let (user, variant) = (self.controller.user.clone(), self.controller.variant());
         // The new leader runs the same engine: a counterfactual must not turn back into the shipped rules at the
         // first failover.
-        self.controller = GpuController::new(self.api.store().clone(), user);
-        self.controller.variant = variant;
-        self.controller.resync();
+        self.controller = GpuController::new(self.api.store().clone(), user, variant);
+        self.controller.lead();
         let now = self.now();
         self.wake_controller_at(now)
     }

@@ -101,7 +101,7 @@ impl World {
             }
             Err(error) => {
                 self.refused("vm-controller", &object, "FailedCreate", error.reason(), error.to_string())?;
-                let retry = self.vm_retries.when(&item(), self.now());
+                let retry = Millis::from(self.vm_retries.when(&item(), self.now().into()));
                 let event = Event::SyncVm { namespace: namespace.into(), vm: name.into() };
                 self.schedule_at(self.now() + retry, event)
             }
@@ -153,7 +153,7 @@ impl World {
             Err(error) => {
                 let vmi_object = Named("VirtualMachineInstance", namespace, vmi_name);
                 self.refused("vmi-controller", &vmi_object, "FailedCreate", error.reason(), error.to_string())?;
-                let retry = self.vmi_retries.when(&item(), self.now());
+                let retry = Millis::from(self.vmi_retries.when(&item(), self.now().into()));
                 let event = Event::CreateLauncher { namespace: namespace.into(), vmi: vmi_name.into() };
                 self.schedule_at(self.now() + retry, event)
             }

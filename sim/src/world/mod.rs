@@ -25,11 +25,11 @@ use gpuclaim_engine::variant::Variant;
 use crate::apiserver::ApiServer;
 use crate::gpu_controller::GpuController;
 use crate::kernel::{Kernel, KernelError, Millis, RunError};
-use crate::kubevirt::start::RateLimiter;
 use crate::log::{EventLog, LogError, LogObject, Record};
 use crate::rng::Streams;
 use crate::scheduling_queue::SchedulingQueue;
 use crate::users::{self, User};
+use gpuclaim_engine::controller::runtime::RateLimiter;
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
 pub use faults::{FaultKind, Faults};
@@ -264,8 +264,8 @@ pub struct World {
     /// Hashed with a fixed seed: looked up at every VM event; the rare listings sort what they list.
     vms: Vms,
     /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
-    vm_retries: RateLimiter,
-    vmi_retries: RateLimiter,
+    vm_retries: RateLimiter<String>,
+    vmi_retries: RateLimiter<String>,
     /// Migrations by uid, and the number handed out so far.
     migrations: BTreeMap<String, Migration>,
     migration_seq: u64,
@@ -286,8 +286,6 @@ pub struct World {
     scheduling_queue: SchedulingQueue,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
-    /// The GPU controller's work queue rate limiter (a refused write's object backs off).
-    controller_retries: RateLimiter,
     stats: Stats,
     metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
@@ -317,7 +315,7 @@ impl World {
             log,
             timing,
             api,
-            controller: GpuController::new(store, user),
+            controller: GpuController::new(store, user, Variant::SHIPPED),
             claims_enabled: true,
             vms: Vms::default(),
             vm_retries: RateLimiter::default(),
@@ -333,7 +331,6 @@ impl World {
             deployment: deployment::Deployment::default(),
             scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
-            controller_retries: RateLimiter::default(),
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::default(),
             workloads: Vec::new(),
@@ -495,12 +492,12 @@ impl World {
     /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).
     pub fn set_variant(&mut self, variant: Variant) {
         self.api.admission.variant = variant;
-        self.controller.variant = variant;
+        self.controller.set_variant(variant);
     }
 
     /// The engine's rules this world runs.
     pub fn variant(&self) -> Variant {
-        self.controller.variant
+        self.controller.variant()
     }
 
     /// Statistics of the run so far.
