@@ -1,5 +1,7 @@
 //! The loop, step by step: the event filter, when passes run and over what, confirmation, retries, the resync.
 
+use std::collections::VecDeque;
+
 use super::*;
 use crate::fixtures::{self, gated_launcher, held_claim, vmi};
 use crate::model::VmiPhase;
@@ -152,4 +154,271 @@ fn the_watch_wakes_the_controller_only_for_what_a_pass_reads() {
     assert_eq!(observe(&mut cache, gone(Kind::Vmi, "a", 102)), Some(Touched::Vmi("tenant-a".into(), "a".into())));
     upsert(&mut cache, Object::Vmi(vmi("tenant-a", "z", VmiPhase::Scheduling, None)));
     assert_eq!(observe(&mut cache, gone(Kind::Vmi, "z", 103)), Some(Touched::Quiet), "a run with no claims");
+}
+
+// ---- The loop, driven against a perfect API server (`controller::apply` on a store) with scripted refusals. ----
+
+/// A perfect API server over `store` that refuses the next writes as scripted, recording what it wrote.
+struct FakeCluster {
+    store: View,
+    refusals: VecDeque<Outcome>,
+    written: Vec<Action>,
+}
+
+impl FakeCluster {
+    fn new(store: View) -> Self {
+        FakeCluster { store, refusals: VecDeque::new(), written: Vec::new() }
+    }
+
+    fn write(&mut self, action: &Action, now: Time) -> Outcome {
+        if let Some(refused) = self.refusals.pop_front() {
+            return refused;
+        }
+        if crate::controller::apply(&mut self.store, std::slice::from_ref(action), now).is_err() {
+            return Outcome::Stale;
+        }
+        self.written.push(action.clone());
+        if let Action::Event { .. } = action {
+            return Outcome::Written(Vec::new());
+        }
+        Outcome::Written(self.read(&target(action)).into_iter().collect())
+    }
+
+    fn read(&self, object: &ObjectKey) -> Option<Change> {
+        let (namespace, name) = (&object.namespace, &object.name);
+        let live = match object.kind {
+            Kind::Claim => self.store.claim(namespace, name).cloned().map(Object::Claim),
+            Kind::Pod => self.store.pod(namespace, name).cloned().map(Object::Pod),
+            Kind::Usage => self.store.usage(namespace, name).cloned().map(Object::Usage),
+            Kind::Class => self.store.class(name).cloned().map(Object::Class),
+            Kind::Node => self.store.node(name).cloned().map(Object::Node),
+            _ => return None,
+        };
+        Some(live.map(Change::Upsert).unwrap_or_else(|| Change::Delete {
+            kind: object.kind,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            revision: Default::default(),
+        }))
+    }
+
+    fn read_node(&self, node: &str) -> Vec<Change> {
+        let node_now = self.store.node(node).cloned().map(|n| Change::Upsert(Object::Node(n)));
+        let pods = self.store.pods_on_node(node).map(|p| Change::Upsert(Object::Pod(p.clone())));
+        node_now.into_iter().chain(pods).collect()
+    }
+}
+
+/// One controller process: its cache, queue and loop.
+struct Process {
+    cache: View,
+    queue: WorkQueue,
+    runtime: Runtime,
+    /// What each poll asked for, in short (`write PinAndUngate tenant-a/virt-launcher-vm-1-abcde`, `confirm gpu-2`).
+    asked: Vec<String>,
+}
+
+impl Process {
+    fn leading(cache: View) -> Self {
+        let mut runtime = Runtime::new(Variant::SHIPPED);
+        runtime.set_leading(true);
+        Process { cache, queue: WorkQueue::default(), runtime, asked: Vec::new() }
+    }
+
+    /// Drives the loop at `now` until it is idle; returns when it wants to run again.
+    fn run(&mut self, cluster: &mut FakeCluster, now: Time) -> Option<Time> {
+        for _ in 0..1_000 {
+            match self.runtime.poll(&self.cache, &mut self.queue, now) {
+                Poll::Idle { wake_at } => return wake_at,
+                Poll::Confirm(nodes) => {
+                    for node in nodes {
+                        self.asked.push(format!("confirm {node}"));
+                        let live = cluster.read_node(&node);
+                        self.runtime.read_live(&mut self.cache, &mut self.queue, &node, Some(live), now);
+                    }
+                }
+                Poll::Refresh(object) => {
+                    self.asked.push(format!("refresh {object}"));
+                    let live = cluster.read(&object);
+                    self.runtime.refreshed(&mut self.cache, &mut self.queue, live);
+                }
+                Poll::Write(action) => {
+                    self.asked.push(format!("write {}", target(&action)));
+                    let outcome = cluster.write(&action, now);
+                    self.runtime.wrote(&mut self.cache, &mut self.queue, outcome, now);
+                }
+            }
+        }
+        panic!("the loop did not go idle: {:#?}", self.asked);
+    }
+
+    /// A watch event reaches the cache; returns whether it woke the queue.
+    fn watch(&mut self, change: Change) -> bool {
+        self.queue.observe(&mut self.cache, change)
+    }
+}
+
+fn ms(millis: i64) -> Time {
+    at(0).checked_add(k8s_openapi::jiff::SignedDuration::from_millis(millis)).unwrap()
+}
+
+/// The two-node world with VM `vm` waiting at the gate for `units` units of a template claim.
+fn waiting_world(vms: &[(&str, u64)]) -> View {
+    let mut view = world();
+    for (vm, units) in vms {
+        view.upsert_vmi(vmi("tenant-a", vm, VmiPhase::Scheduling, None));
+        let attachments = format!(r#"[{{"template":0,"class":"h100","count":{units}}}]"#);
+        view.upsert_pod(gated_launcher("tenant-a", vm, &attachments, H100, *units, at(0)));
+    }
+    view
+}
+
+const POD_1: &str = "Pod tenant-a/virt-launcher-vm-1-abcde";
+
+#[test]
+fn a_replica_reconciles_only_while_it_leads_and_a_new_leader_passes_over_everything_at_once() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    process.runtime.set_leading(false);
+    assert_eq!(process.run(&mut cluster, ms(0)), None, "a standby waits for leadership");
+    assert!(process.asked.is_empty());
+    process.runtime.set_leading(true);
+    let wake_at = process.run(&mut cluster, ms(0));
+    assert_eq!(process.asked.first().map(String::as_str), Some("confirm gpu-2"), "best fit, confirmed first");
+    assert!(process.asked.contains(&format!("write {POD_1}")), "{:#?}", process.asked);
+    assert_eq!(process.runtime.stats().passes, 1);
+    assert_eq!(wake_at, Some(after(ms(0), RESYNC_PERIOD)), "nothing waits: the resync is the next wake");
+    assert!(cluster.store.gated_pods().next().is_none(), "placed");
+}
+
+#[test]
+fn a_refused_write_stops_the_pass_and_is_tried_again_after_its_objects_backoff() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    cluster.refusals.extend([Outcome::Failed, Outcome::Failed]);
+    let first = process.run(&mut cluster, ms(0));
+    assert_eq!(first, Some(ms(5)), "5 ms after the first refusal of that object");
+    assert!(cluster.written.is_empty(), "the pass stopped at its first write");
+    assert_eq!(process.run(&mut cluster, ms(4)), Some(ms(5)), "not before its backoff");
+    assert_eq!(process.run(&mut cluster, ms(5)), Some(ms(15)), "refused again: 10 ms more");
+    process.run(&mut cluster, ms(15));
+    assert!(cluster.store.gated_pods().next().is_none(), "the third try placed the pod");
+    let stats = process.runtime.stats();
+    assert_eq!((stats.passes, stats.refused), (3, 2));
+    let writes = process.asked.iter().filter(|a| a.starts_with("write")).count();
+    assert_eq!(writes, 2 + cluster.written.len(), "{:#?}", process.asked);
+}
+
+#[test]
+fn a_stale_write_reads_its_object_again_before_the_retry() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    // Someone else changed the pod after the cache read it: the pin is refused as stale.
+    cluster.store.edit_pod("tenant-a", "virt-launcher-vm-1-abcde", |pod| pod.resource_version = "7".into());
+    let wake_at = process.run(&mut cluster, ms(0));
+    let refresh = process.asked.iter().position(|a| *a == format!("refresh {POD_1}")).expect("read again");
+    assert_eq!(process.asked[refresh - 1], format!("write {POD_1}"), "right after the stale write");
+    assert_eq!(process.cache.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap().resource_version, "7");
+    assert_eq!(wake_at, Some(ms(5)));
+    process.run(&mut cluster, ms(5));
+    assert!(cluster.store.gated_pods().next().is_none(), "the retry, on the object read again, lands");
+}
+
+#[test]
+fn a_watch_event_the_filter_keeps_cuts_a_backoff_short_and_a_quiet_one_does_not() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    cluster.refusals.extend([Outcome::Failed]);
+    assert_eq!(process.run(&mut cluster, ms(0)), Some(ms(5)));
+    let passes = process.runtime.stats().passes;
+    // A run on its way to Running, with no claim bound to it yet: nothing a pass reads.
+    let mut scheduled = vmi("tenant-a", "vm-1", VmiPhase::Scheduled, None);
+    scheduled.resource_version = "50".into();
+    assert!(!process.watch(Change::Upsert(Object::Vmi(scheduled))));
+    assert_eq!(process.run(&mut cluster, ms(1)), Some(ms(5)), "a quiet event leaves the backoff as it was");
+    assert_eq!(process.runtime.stats().passes, passes);
+    // A second VM at the gate wakes a pass at once.
+    let run = vmi("tenant-a", "vm-2", VmiPhase::Scheduling, None);
+    let attachments = r#"[{"template":0,"class":"h100","count":1}]"#;
+    let pod = gated_launcher("tenant-a", "vm-2", attachments, H100, 1, at(0));
+    cluster.store.upsert_vmi(run.clone());
+    cluster.store.upsert_pod(pod.clone());
+    process.watch(Change::Upsert(Object::Vmi(run)));
+    assert!(process.watch(Change::Upsert(Object::Pod(pod))), "a pod at the gate wakes the queue");
+    process.run(&mut cluster, ms(1));
+    assert_eq!(process.runtime.stats().passes, passes + 1, "before the backoff ran out");
+    assert!(cluster.store.gated_pods().next().is_none(), "both placed: {:#?}", process.asked);
+}
+
+#[test]
+fn the_echo_of_own_writes_is_served_after_the_echo_delay_only_while_something_waits() {
+    // Nothing fits vm-2 (9 units on nodes of 8 and 4) until vm-1 ends, so it waits; its waiting condition is an
+    // own write that wakes the filter, and something still waits: the echo is served 100 ms later.
+    let store = waiting_world(&[("vm-1", 3), ("vm-2", 9)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    let wake_at = process.run(&mut cluster, ms(0));
+    assert_eq!(wake_at, Some(after(ms(0), ECHO_DELAY)), "{:#?}", process.asked);
+    let passes = process.runtime.stats().passes;
+    assert_eq!(process.run(&mut cluster, after(ms(0), ECHO_DELAY)), Some(after(ms(0), RESYNC_PERIOD)));
+    assert_eq!(process.runtime.stats().passes, passes + 1, "the echo's pass, which writes nothing");
+    // With nothing waiting, own writes need no echo: the next wake is the resync.
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), RESYNC_PERIOD)));
+}
+
+#[test]
+fn pins_are_confirmed_before_anything_is_written_and_a_node_that_moved_takes_the_pass_again() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    // kube-scheduler bound a raw-device pod on gpu-2 that the cache has not seen: 2 of its 4 units are taken.
+    let mut raw = gated_launcher("tenant-b", "raw", "[]", H100, 2, at(0));
+    std::sync::Arc::make_mut(&mut raw.labels).clear();
+    raw.scheduling_gates.clear();
+    raw.node_name = Some("gpu-2".into());
+    cluster.store.upsert_pod(raw);
+    process.run(&mut cluster, ms(0));
+    assert_eq!(process.asked[..2], ["confirm gpu-2".to_owned(), "confirm gpu-1".to_owned()], "{:#?}", process.asked);
+    assert_eq!(process.runtime.stats().pins_rechecked, 1);
+    let placed = cluster.store.claim("tenant-a", "vm-1-gpu-0").expect("created");
+    assert_eq!(placed.node.as_deref(), Some("gpu-1"), "placed where the units are free");
+    // The counterfactual writes from its cache alone.
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    process.runtime.set_variant(Variant { unconfirmed_pins: true, ..Variant::SHIPPED });
+    process.run(&mut cluster, ms(0));
+    assert!(process.asked.iter().all(|a| !a.starts_with("confirm")), "{:#?}", process.asked);
+}
+
+#[test]
+fn the_resync_passes_over_everything_every_resync_period() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), RESYNC_PERIOD)));
+    let due = after(ms(0), RESYNC_PERIOD);
+    assert_eq!(process.run(&mut cluster, ms(1_000)), Some(due), "nothing happens before it");
+    assert_eq!(process.runtime.stats().passes, 1);
+    assert_eq!(process.run(&mut cluster, due), Some(after(due, RESYNC_PERIOD)), "and the next one is set");
+    assert_eq!(process.runtime.stats().passes, 2, "the resync's pass");
+}
+
+#[test]
+fn a_write_not_sent_drops_the_pass_and_tries_again_in_full() {
+    let store = waiting_world(&[("vm-1", 3)]);
+    let mut cluster = FakeCluster::new(store.clone());
+    let mut process = Process::leading(store);
+    cluster.refusals.extend([Outcome::NotSent]);
+    assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), NOT_LEADING_RETRY)));
+    assert_eq!(process.runtime.stats().refused, 0, "not a refusal: nothing was sent");
+    process.run(&mut cluster, after(ms(0), NOT_LEADING_RETRY));
+    assert!(cluster.store.gated_pods().next().is_none());
 }
