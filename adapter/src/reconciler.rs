@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuclaim_engine::controller::runtime::{Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime};
+use gpuclaim_engine::controller::runtime::{ObjectKey, Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime, target};
 use gpuclaim_engine::model::Time;
 use gpuclaim_engine::variant::Variant;
 use tokio::sync::watch;
@@ -17,17 +17,32 @@ use tokio::sync::watch;
 use crate::cache::Caches;
 use crate::metrics::Metrics;
 use crate::shared::ViewPoisoned;
-use crate::writer::{WriteError, Writer};
+use crate::writer::{WriteError, Writer, action_name};
 
 /// What one turn of the loop did, until it went idle.
 #[derive(Debug, Default)]
 pub struct Turn {
-    /// Writes that went through.
-    pub written: usize,
+    /// The writes the runtime handed out, in order, and how each went.
+    pub attempts: Vec<Attempt>,
     /// The write or read that was refused (the pass stopped there), if one was.
     pub refused: Option<WriteError>,
     /// When the runtime asked to run again, counted from the turn's last poll; `None`: when a watch event wakes it.
     pub retry_after: Option<Duration>,
+}
+
+impl Turn {
+    /// How many writes went through.
+    pub fn written(&self) -> usize {
+        self.attempts.iter().filter(|attempt| attempt.outcome == "ok").count()
+    }
+}
+
+/// One write and how it went: `ok`, or the `gpuclaim_writes_total` metric's word for its refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    pub action: &'static str,
+    pub object: ObjectKey,
+    pub outcome: &'static str,
 }
 
 pub struct Reconciler {
@@ -57,8 +72,8 @@ impl Reconciler {
                 Ok(turn) => turn,
                 Err(error) => return tracing::error!(%error, "the reconciler stops"),
             };
-            if turn.written > 0 {
-                tracing::info!(written = turn.written, "reconciled");
+            if turn.written() > 0 {
+                tracing::info!(written = turn.written(), "reconciled");
             }
             if let Some(error) = &turn.refused {
                 tracing::warn!(%error, retry_after = ?turn.retry_after, "a write was refused; retrying");
@@ -124,11 +139,15 @@ impl Reconciler {
                     self.runtime.refreshed(&mut view, &mut self.caches.queue.lock(), live);
                 }
                 Poll::Write(action) => {
-                    let outcome = match self.writer.write(&action).await {
-                        Ok(written) => {
-                            turn.written += 1;
-                            Outcome::Written(written)
-                        }
+                    let written = self.writer.write(&action).await;
+                    let word = written.as_ref().map_or_else(WriteError::outcome, |_| "ok");
+                    turn.attempts.push(Attempt {
+                        action: action_name(&action),
+                        object: target(&action),
+                        outcome: word,
+                    });
+                    let outcome = match written {
+                        Ok(written) => Outcome::Written(written),
                         Err(WriteError::View { source, .. }) => return Err(source),
                         Err(WriteError::NotLeading { .. }) => Outcome::NotSent,
                         Err(error) => {

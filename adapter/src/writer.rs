@@ -70,6 +70,18 @@ pub enum WriteError {
     View { action: &'static str, object: ObjectRef, source: ViewPoisoned },
 }
 
+impl WriteError {
+    /// How the write went, in the words of the `gpuclaim_writes_total` metric's `result` label (`ok` aside).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            WriteError::Stale { .. } => "stale",
+            WriteError::Failed { .. } | WriteError::View { .. } => "error",
+            WriteError::Timeout { .. } => "timeout",
+            WriteError::NotLeading { .. } => "not_sent",
+        }
+    }
+}
+
 pub struct Writer {
     client: kube::Client,
     view: SharedView,
@@ -103,14 +115,7 @@ impl Writer {
     pub async fn write(&self, action: &Action) -> Result<Vec<Change>, WriteError> {
         let mut written = Vec::new();
         let result = self.write_into(action, &mut written).await;
-        let outcome = match &result {
-            Ok(()) => "ok",
-            Err(WriteError::Stale { .. }) => "stale",
-            Err(WriteError::Failed { .. } | WriteError::View { .. }) => "error",
-            Err(WriteError::Timeout { .. }) => "timeout",
-            Err(WriteError::NotLeading { .. }) => "not_sent",
-        };
-        self.metrics.write(action_name(action), outcome);
+        self.metrics.write(action_name(action), result.as_ref().map_or_else(WriteError::outcome, |()| "ok"));
         result.map(|()| written)
     }
 

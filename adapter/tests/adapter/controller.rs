@@ -43,9 +43,9 @@ fn admitted(file: &str) -> Value {
     object
 }
 
-/// The example cluster in a fake API server, with the VMI "trainer" and its gated launcher pod.
-fn cluster() -> FakeStore {
-    let store = FakeStore::default();
+/// The example cluster's objects, with the VMI "trainer" and its gated launcher pod as our webhooks admitted them.
+pub fn cluster_objects() -> Vec<Value> {
+    let mut objects = Vec::new();
     let text = std::fs::read_to_string(support::repo_root().join("examples/objects.yaml")).unwrap();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
         let mut object: Value = serde::Deserialize::deserialize(document).unwrap();
@@ -60,13 +60,13 @@ fn cluster() -> FakeStore {
             // The examples serve the webhooks, which never look at readiness; the reconciler places on Ready nodes.
             object["status"]["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}]);
         }
-        store.put(&rest_path(&object), object);
+        objects.push(object);
     }
     let mut vmi = admitted("vmi-trainer.json");
     vmi["metadata"]["namespace"] = json!("tenant-a");
     vmi["metadata"]["uid"] = json!(VMI_UID);
     vmi["status"] = json!({"phase": "Scheduling"});
-    store.put(&rest_path(&vmi), vmi);
+    objects.push(vmi);
     let mut pod = admitted("pod-launcher-trainer.json");
     pod["metadata"]["name"] = json!("virt-launcher-trainer-x7k2p");
     pod["metadata"]["namespace"] = json!("tenant-a");
@@ -74,7 +74,16 @@ fn cluster() -> FakeStore {
     pod["metadata"]["creationTimestamp"] = json!("2025-03-03T10:00:00Z");
     pod["status"] = json!({"phase": "Pending"});
     assert!(pod["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT), "the pod webhook gated it");
-    store.put(POD, pod);
+    objects.push(pod);
+    objects
+}
+
+/// The example cluster in a fake API server, with the VMI "trainer" and its gated launcher pod.
+fn cluster() -> FakeStore {
+    let store = FakeStore::default();
+    for object in cluster_objects() {
+        store.put(&rest_path(&object), object);
+    }
     store
 }
 
@@ -91,10 +100,10 @@ fn put_raw_gpu_pod(store: &FakeStore) {
     store.put("/api/v1/namespaces/tenant-b/pods/virt-launcher-raw-gpu-abcde", raw);
 }
 
-struct Controller {
-    store: FakeStore,
+pub struct Controller {
+    pub store: FakeStore,
     metrics: Arc<Metrics>,
-    caches: Arc<Caches>,
+    pub caches: Arc<Caches>,
     reconciler: Reconciler,
     /// The last lease renewal the writer sees.
     renewed: watch::Sender<Option<Instant>>,
@@ -106,7 +115,7 @@ struct Controller {
 
 impl Controller {
     /// Starts the caches on `store` and waits for them to sync; the writer's calls are bounded as in production.
-    async fn start(store: FakeStore) -> Controller {
+    pub async fn start(store: FakeStore) -> Controller {
         Controller::start_with(store, gpuclaim_adapter::writer::CALL_TIMEOUT, Duration::from_secs(3600)).await
     }
 
@@ -134,7 +143,7 @@ impl Controller {
     }
 
     /// One turn of the loop.
-    async fn turn(&mut self) -> Turn {
+    pub async fn turn(&mut self) -> Turn {
         self.reconciler.turn().await.expect("the view is not poisoned")
     }
 
@@ -148,7 +157,7 @@ impl Controller {
     async fn first_pass_of_a_new_leader(&mut self) -> Turn {
         self.leading.send(false).unwrap();
         let idle = self.turn().await;
-        assert_eq!((idle.written, idle.retry_after), (0, None), "a replica that does not lead waits: {idle:?}");
+        assert_eq!((idle.written(), idle.retry_after), (0, None), "a replica that does not lead waits: {idle:?}");
         self.leading.send(true).unwrap();
         self.turn().await
     }
@@ -202,7 +211,7 @@ async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_i
     let mut controller = Controller::start(cluster()).await;
     let pod_version = controller.store.get(POD).unwrap()["metadata"]["resourceVersion"].clone();
     let turn = controller.turn().await;
-    assert!(turn.written > 0 && turn.refused.is_none(), "{turn:?}");
+    assert!(turn.written() > 0 && turn.refused.is_none(), "{turn:?}");
 
     let writes = controller.writes();
     let pod_writes: Vec<_> = writes.iter().filter(|r| r.path.starts_with(POD)).collect();
@@ -281,7 +290,7 @@ async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_i
 
     // Read-your-writes: the view holds what was written, so even a pass over everything writes nothing.
     let again = controller.first_pass_of_a_new_leader().await;
-    assert_eq!(again.written, 0, "{again:?}");
+    assert_eq!(again.written(), 0, "{again:?}");
 }
 
 #[tokio::test]
@@ -302,7 +311,7 @@ async fn a_conflict_refreshes_the_object_and_the_next_pass_writes_it() {
     assert_eq!(refreshed, version, "the conflicting claim was read again");
 
     let retried = controller.turn_after(&turn).await;
-    assert!(retried.written > 0 && retried.refused.is_none(), "{retried:?}");
+    assert!(retried.written() > 0 && retried.refused.is_none(), "{retried:?}");
     assert_eq!(controller.store.get(TRAIN_A).unwrap()["status"]["phase"], "Attached");
     assert_eq!(controller.store.get(TRAIN_A).unwrap()["metadata"]["labels"], json!({"team": "ml"}));
     assert_eq!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"], json!([]));
@@ -326,7 +335,7 @@ async fn a_failing_api_server_gets_exponential_backoff_and_nothing_is_pinned() {
     assert!(controller.store.get(POD).unwrap()["spec"]["schedulingGates"].to_string().contains(keys::GATE_PLACEMENT));
     controller.store.set_failing(None);
     let healed = controller.turn_after(&turn).await;
-    assert!(healed.written > 0 && healed.refused.is_none(), "{healed:?}");
+    assert!(healed.written() > 0 && healed.refused.is_none(), "{healed:?}");
 }
 
 #[tokio::test]
@@ -334,7 +343,7 @@ async fn a_replica_that_does_not_lead_writes_nothing() {
     let mut controller = Controller::start(cluster()).await;
     controller.renewed.send(None).unwrap();
     let turn = controller.turn().await;
-    assert_eq!(turn.written, 0, "{turn:?}");
+    assert_eq!(turn.written(), 0, "{turn:?}");
     assert!(controller.writes().is_empty());
 }
 
@@ -389,7 +398,7 @@ async fn a_pin_is_confirmed_against_the_api_server_so_a_pod_the_watch_has_not_br
 
     // Nothing new behind the watch: a pass over everything reads nothing more into the view and writes nothing.
     let again = controller.first_pass_of_a_new_leader().await;
-    assert_eq!(again.written, 0, "{again:?}");
+    assert_eq!(again.written(), 0, "{again:?}");
 }
 
 #[tokio::test]
@@ -423,7 +432,7 @@ async fn a_hung_write_is_given_up_when_the_lease_runs_out_before_the_call_timeou
     assert!(took < Duration::from_secs(2), "the write waited {took:?}, past what was left of the lease (500 ms)");
     let writes = controller.writes().len();
     let turn = controller.turn_after(&turn).await;
-    assert_eq!((turn.written, turn.refused.is_none()), (0, true), "{turn:?}");
+    assert_eq!((turn.written(), turn.refused.is_none()), (0, true), "{turn:?}");
     assert_eq!(controller.writes().len(), writes, "nothing more is sent once the lease lapsed");
 }
 
@@ -434,11 +443,11 @@ async fn a_replica_whose_last_renewal_is_older_than_the_renew_deadline_sends_no_
     controller.renewed.send(Some(Instant::now())).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let turn = controller.turn().await;
-    assert_eq!(turn.written, 0, "{turn:?}");
+    assert_eq!(turn.written(), 0, "{turn:?}");
     assert!(controller.writes().is_empty(), "{:#?}", controller.writes());
 
     tokio::time::sleep(turn.retry_after.expect("tried again after a while")).await;
     controller.renewed.send(Some(Instant::now())).unwrap();
     let turn = controller.turn().await;
-    assert!(turn.written > 0, "renewed again: {turn:?}");
+    assert!(turn.written() > 0, "renewed again: {turn:?}");
 }

@@ -7,5 +7,6 @@ mod fake_store;
 mod faults;
 mod leader;
 mod metrics_auth;
+mod one_loop;
 mod support;
 mod webhook_https;

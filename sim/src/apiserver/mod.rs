@@ -35,7 +35,7 @@ use watch::Watch;
 
 /// The kinds the twin stores are the kinds the GPU controller caches, with the names the API server's messages use.
 pub use gpuclaim_engine::controller::runtime::Kind;
-use gpuclaim_engine::controller::runtime::{Change, Object};
+use gpuclaim_engine::controller::runtime::{Change, Object, ObjectKey, Outcome, newer};
 
 /// A refused request, with the API server's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +70,15 @@ impl ApiError {
             ApiError::Conflict { .. } | ApiError::UidPrecondition { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::Rule { .. } => "Invalid",
             ApiError::Admission(error) => error.reason(),
+        }
+    }
+
+    /// How the controller's loop reads the refusal of one of its writes: its cache was behind (a conflict, a name
+    /// taken, an object gone), or anything else.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            ApiError::Conflict { .. } | ApiError::AlreadyExists { .. } | ApiError::NotFound { .. } => Outcome::Stale,
+            _ => Outcome::Failed,
         }
     }
 }
@@ -604,6 +613,45 @@ impl ApiServer {
             self.admission.validate_order(&self.store, &request, order)?;
         }
         Ok(())
+    }
+
+    /// A GET of `object` as the controller reads one back after a write found it stale: its current state, or its
+    /// deletion when it is gone (`None` for the kinds the controller never writes).
+    pub fn get(&self, object: &ObjectKey) -> Option<Change> {
+        let store = &self.store;
+        let (namespace, name) = (&object.namespace, &object.name);
+        let live = match object.kind {
+            Kind::Claim => store.claim(namespace, name).cloned().map(Object::Claim),
+            Kind::Pod => store.pod(namespace, name).cloned().map(Object::Pod),
+            Kind::Usage => store.usage(namespace, name).cloned().map(Object::Usage),
+            Kind::Class => store.class(name).cloned().map(Object::Class),
+            Kind::Node => store.node(name).cloned().map(Object::Node),
+            Kind::Vmi => store.vmi(namespace, name).cloned().map(Object::Vmi),
+            Kind::Namespace | Kind::Quota | Kind::Settings => return None,
+        };
+        Some(live.map(Change::Upsert).unwrap_or_else(|| Change::Delete {
+            kind: object.kind,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            revision: Name::default(),
+        }))
+    }
+
+    /// A GET of `node` and a LIST of the pods bound there (`spec.nodeName`), as the controller confirms a pin: what
+    /// of them is newer than `cache` holds (the rest would change nothing; not copying it keeps confirmation cheap).
+    pub fn read_node(&self, node: &str, cache: &View) -> Vec<Change> {
+        let mut fresher = Vec::new();
+        if let Some(live) = self.store.node(node)
+            && newer(cache.node(node).map(|n| n.resource_version.as_str()), &live.resource_version)
+        {
+            fresher.push(Change::Upsert(Object::Node(live.clone())));
+        }
+        for pod in self.store.pods_on_node(node).filter(|pod| pod.node_name.as_deref() == Some(node)) {
+            if newer(cache.pod(&pod.namespace, &pod.name).map(|p| p.resource_version.as_str()), &pod.resource_version) {
+                fresher.push(Change::Upsert(Object::Pod(pod.clone())));
+            }
+        }
+        fresher
     }
 
     /// Updates a claim as `user` (a tenant, an administrator): `edit` changes a copy, and what `subresource` does

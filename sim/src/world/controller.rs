@@ -4,7 +4,7 @@
 
 use crate::log::{ClusterNamed, Named};
 use gpuclaim_engine::controller::Action;
-use gpuclaim_engine::controller::runtime::{Change, Kind, Object, ObjectKey, Outcome, newer, target};
+use gpuclaim_engine::controller::runtime::{Change, ObjectKey, Outcome, target};
 use gpuclaim_engine::model::View;
 
 use crate::apiserver::ApiError;
@@ -61,25 +61,6 @@ impl World {
             self.wake_controller_at(at)?;
         }
         Ok(())
-    }
-
-    /// What a GET of `node` and a LIST of the pods bound there return that `cache` has older or not at all. Pods
-    /// the list no longer shows are left to the watch: keeping them only makes the controller more careful until it
-    /// catches up.
-    fn live_read(&self, node: &str, cache: &View) -> Vec<Change> {
-        let store = self.api.store();
-        let mut fresher = Vec::new();
-        if let Some(live) = store.node(node)
-            && newer(cache.node(node).map(|n| n.resource_version.as_str()), &live.resource_version)
-        {
-            fresher.push(Change::Upsert(Object::Node(live.clone())));
-        }
-        for pod in store.pods_on_node(node).filter(|pod| pod.node_name.as_deref() == Some(node)) {
-            if newer(cache.pod(&pod.namespace, &pod.name).map(|p| p.resource_version.as_str()), &pod.resource_version) {
-                fresher.push(Change::Upsert(Object::Pod(pod.clone())));
-            }
-        }
-        fresher
     }
 
     fn after_write(&mut self, action: &Action) -> Result<(), WorldError> {
@@ -170,39 +151,17 @@ impl Cluster for World {
             Err(error) => {
                 let object = target(action).to_string();
                 self.refused("gpu-controller", &object, "WriteRefused", error.reason(), error.to_string())?;
-                Ok(match error {
-                    ApiError::Conflict { .. } | ApiError::AlreadyExists { .. } | ApiError::NotFound { .. } => {
-                        Outcome::Stale
-                    }
-                    _ => Outcome::Failed,
-                })
+                Ok(error.outcome())
             }
         }
     }
 
     fn read_node(&mut self, node: &str, cache: &View) -> Vec<Change> {
-        self.live_read(node, cache)
+        self.api.read_node(node, cache)
     }
 
     fn read(&mut self, object: &ObjectKey) -> Option<Change> {
-        let store = self.api.store();
-        let (namespace, name) = (&object.namespace, &object.name);
-        let live = match object.kind {
-            Kind::Claim => store.claim(namespace, name).cloned().map(Object::Claim),
-            Kind::Pod => store.pod(namespace, name).cloned().map(Object::Pod),
-            Kind::Usage => store.usage(namespace, name).cloned().map(Object::Usage),
-            Kind::Class => store.class(name).cloned().map(Object::Class),
-            Kind::Node => store.node(name).cloned().map(Object::Node),
-            Kind::Vmi => store.vmi(namespace, name).cloned().map(Object::Vmi),
-            // Never written by the controller, so never read back after a refused write.
-            Kind::Namespace | Kind::Quota | Kind::Settings => return None,
-        };
-        Some(live.map(Change::Upsert).unwrap_or_else(|| Change::Delete {
-            kind: object.kind,
-            namespace: namespace.clone(),
-            name: name.clone(),
-            revision: Default::default(),
-        }))
+        self.api.get(object)
     }
 
     fn node_refreshed(&mut self, node: &str, objects: usize) -> Result<(), WorldError> {
