@@ -6,9 +6,8 @@
 //! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler's filters and queue ([`scheduler`],
 //! [`scheduling_queue`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
 //! cache and work queue ([`gpu_controller`]), the [`world`] that runs every actor (KubeVirt's controllers,
-//! migrations and drains, nodes, the controller's Deployment, faults), [`scenario`] files, run [`metrics`], checked
-//! runs and the suite runner ([`check`]: invariants, expectations, engine variants; docs/scenarios.md), and
-//! trace importers ([`import`]). docs/twin.md says what each models and why.
+//! migrations and drains, nodes, the controller's Deployment, faults) and run [`metrics`]. docs/twin.md says what
+//! each models and why. Scenario files, checked runs and trace importers are the `gpuclaim-scenarios` crate's.
 //!
 //! ```
 //! use gpuclaim_sim::kernel::{Kernel, Millis};
@@ -21,16 +20,13 @@
 //! ```
 
 pub mod apiserver;
-pub mod check;
 pub mod gpu_controller;
-pub mod import;
 pub mod kernel;
 pub mod kubevirt;
 pub mod launcher;
 pub mod log;
 pub mod metrics;
 pub mod rng;
-pub mod scenario;
 pub mod scheduler;
 pub mod scheduling_queue;
 pub mod users;
