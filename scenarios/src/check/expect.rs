@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Pod, VmiPhase};
-use gpuclaim_engine::rules::{PodRole, pod_role};
+use gpuclaim_engine::model::{PodRole, pod_role};
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::world::{MigrationPhase, World};
 use serde::Deserialize;

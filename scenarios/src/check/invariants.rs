@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
+use gpuclaim_engine::model::pod_role;
 use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
-use gpuclaim_engine::rules::pod_role;
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::apiserver::Kind;
