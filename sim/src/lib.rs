@@ -3,8 +3,8 @@
 //! decisions must pass.
 //!
 //! The parts: the kernel ([`kernel`]), per-actor random streams ([`rng`]), the event log ([`log`]), the API server
-//! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler's filters and queue ([`scheduler`],
-//! [`scheduling_queue`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
+//! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler (its filters, queue, state and
+//! handlers: [`scheduler`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
 //! cache and work queue ([`gpu_controller`]), the [`world`] that runs every actor (KubeVirt's controllers,
 //! migrations and drains, nodes, the controller's Deployment, faults) and run [`metrics`]. docs/twin.md says what
 //! each models and why. Scenario files, checked runs and trace importers are the `gpuclaim-scenarios` crate's.
@@ -28,6 +28,5 @@ pub mod log;
 pub mod metrics;
 pub mod rng;
 pub mod scheduler;
-pub mod scheduling_queue;
 pub mod users;
 pub mod world;

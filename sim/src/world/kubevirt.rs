@@ -160,6 +160,11 @@ impl World {
         }
     }
 
+    /// The node a VM's WaitForFirstConsumer volume is bound to (local storage: its pods can run nowhere else).
+    pub(crate) fn volume_node(&self, namespace: &str, vm: &str) -> Option<&str> {
+        self.vms.get(namespace, vm)?.volume_node.as_deref()
+    }
+
     /// The temporary pod runs: the volume binds to its node (local storage), the pod is deleted, and the launcher
     /// follows, bound by the volume to that node.
     pub(super) fn volume_bound(&mut self, namespace: &str, pod: &str, vmi: &str, node: &str) -> Result<(), WorldError> {

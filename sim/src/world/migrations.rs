@@ -185,7 +185,7 @@ impl World {
         let Some(pod) = self.api.store().pod(&namespace, &target) else { return Ok(()) };
         let state = TargetPod {
             pending: pod.phase == PodPhase::Pending,
-            unschedulable: self.scheduling_queue.is_parked(&namespace, &target),
+            unschedulable: self.scheduler.is_parked(&namespace, &target),
             age_seconds: (self.now().0 - migration.target_created.0) / 1_000,
         };
         let Some(timeout) = target_timeout(phase, state, None, None) else { return Ok(()) };
@@ -213,8 +213,13 @@ impl World {
         self.schedule_at(self.now() + MIGRATION_COPY, Event::MigrationHandoff { uid: uid.to_owned() })
     }
 
-    /// A target pod bound to its node.
-    pub(super) fn migration_target_bound(&mut self, uid: &str) {
+    /// The scheduler bound a pod: if it is a migration's target, the migration is Scheduled.
+    pub(crate) fn migration_target_bound(&mut self, namespace: &str, pod: &str) {
+        let Some(uid) =
+            self.api.store().pod(namespace, pod).and_then(|p| p.labels.get(kubevirt::LABEL_MIGRATION_JOB_UID))
+        else {
+            return;
+        };
         if let Some(migration) = self.migrations.get_mut(uid).filter(|m| m.phase == Phase::Scheduling) {
             migration.phase = Phase::Scheduled;
         }

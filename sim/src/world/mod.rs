@@ -7,11 +7,11 @@
 mod controller;
 mod deployment;
 mod faults;
+mod kubelet;
 mod kubevirt;
 mod migrations;
 mod nodes;
 mod observe;
-mod scheduling;
 mod tenants;
 mod workloads;
 
@@ -28,7 +28,7 @@ use crate::kernel::{Kernel, KernelError, Millis, RunError};
 use crate::kubevirt::start::RateLimiter;
 use crate::log::{EventLog, LogError, LogObject, Record};
 use crate::rng::Streams;
-use crate::scheduling_queue::SchedulingQueue;
+use crate::scheduler::Scheduler;
 use crate::users::{self, User};
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
@@ -253,9 +253,9 @@ pub struct World {
     seed: u64,
     faults: Faults,
     kernel: Kernel<Event>,
-    streams: Streams,
+    pub(crate) streams: Streams,
     log: EventLog,
-    timing: Timing,
+    pub(crate) timing: Timing,
     /// The API server and its store.
     pub api: ApiServer,
     controller: GpuController,
@@ -275,21 +275,16 @@ pub struct World {
     drains: BTreeMap<String, migrations::Drain>,
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
-    /// The scheduler's own count of what the pods bound to each node request.
-    requested: crate::scheduler::NodeRequests,
     /// What every launcher this world renders shares.
     launcher_parts: crate::launcher::LauncherParts,
-    /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
-    next_start_node: usize,
-    /// The scheduler's per-node verdicts of the filters that read only pod specs and nodes (see `NodeVerdicts`).
-    node_verdicts: crate::scheduler::NodeVerdicts,
-    scheduling_queue: SchedulingQueue,
+    /// kube-scheduler's state (its handlers are in [`crate::scheduler`]).
+    pub(crate) scheduler: Scheduler,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
     /// The GPU controller's work queue rate limiter (a refused write's object backs off).
     controller_retries: RateLimiter,
-    stats: Stats,
-    metrics: crate::metrics::Metrics,
+    pub(crate) stats: Stats,
+    pub(crate) metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
     /// The log's hash once the log was taken.
     closed_hash: Option<String>,
@@ -322,16 +317,13 @@ impl World {
             vms: Vms::default(),
             vm_retries: RateLimiter::default(),
             vmi_retries: RateLimiter::default(),
-            requested: Default::default(),
             launcher_parts: Default::default(),
-            next_start_node: 0,
-            node_verdicts: Default::default(),
+            scheduler: Scheduler::default(),
             silent_nodes: BTreeMap::new(),
             migrations: BTreeMap::new(),
             migration_seq: 0,
             drains: BTreeMap::new(),
             deployment: deployment::Deployment::default(),
-            scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
             controller_retries: RateLimiter::default(),
             stats: Stats::default(),
@@ -413,11 +405,11 @@ impl World {
         }
     }
 
-    fn time(&self) -> Time {
+    pub(crate) fn time(&self) -> Time {
         Time::from_millisecond(self.epoch_ms + self.kernel.now().0 as i64).expect("virtual time stays in range")
     }
 
-    fn record(
+    pub(crate) fn record(
         &mut self,
         actor: &str,
         object: &dyn LogObject,
@@ -429,7 +421,7 @@ impl World {
     }
 
     /// Counts a refusal and logs it.
-    fn refused(
+    pub(crate) fn refused(
         &mut self,
         actor: &str,
         object: &dyn LogObject,

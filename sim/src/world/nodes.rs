@@ -1,6 +1,6 @@
 //! Node lifecycle: a kubelet that goes silent is marked NotReady by the node lifecycle controller after its grace
 //! period, tainted unreachable, and its pods are evicted once their toleration of that taint runs out; a kubelet
-//! that comes back makes the node Ready again.
+//! that comes back makes the node Ready again. And the operator's `kubectl cordon`.
 //!
 //! Constants from Kubernetes: kube-controller-manager `--node-monitor-grace-period` 50 s (the default since 1.32),
 //! and the DefaultTolerationSeconds admission plugin's 300 s toleration of `node.kubernetes.io/unreachable` and
@@ -93,6 +93,16 @@ impl World {
         node.taints.retain(|taint| taint.key != TAINT_UNREACHABLE);
         self.api.put_node(node);
         self.record("kubelet", &format_args!("Node {name}"), "Ready", &[])?;
+        self.scheduler_cluster_changed()
+    }
+
+    /// `kubectl cordon` / `uncordon`.
+    pub(super) fn cordon(&mut self, name: &str, cordoned: bool) -> Result<(), WorldError> {
+        let Some(mut node) = self.api.store().node(name).cloned() else { return Ok(()) };
+        node.unschedulable = cordoned;
+        self.api.put_node(node);
+        let what = if cordoned { "Cordoned" } else { "Uncordoned" };
+        self.record("operator", &format_args!("Node {name}"), what, &[])?;
         self.scheduler_cluster_changed()
     }
 }
