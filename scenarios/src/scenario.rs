@@ -25,7 +25,7 @@ use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::rules::{Refusal, RenderRefusal, read_values, render_vm};
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::kernel::Millis;
-use gpuclaim_sim::launcher::DEVICE_PLUGINS;
+use gpuclaim_sim::kubevirt::launcher::DEVICE_PLUGINS;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::world::{
     DeploymentSpec, Event, Faults, TenantWrite, Timing, VmSpec, Workload as WorldWorkload, World, WorldError,

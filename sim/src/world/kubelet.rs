@@ -2,11 +2,10 @@
 //! part: a migration target runs, a volume binds, a VMI is Scheduled), a pod that ends frees what it requested, and
 //! a node registers when it joins.
 
-use gpuclaim_engine::keys::kubevirt;
-use gpuclaim_engine::model::{Name, Node, PodPhase, View, VmiPhase};
+use gpuclaim_engine::model::{Name, Node, PodPhase};
 use rand::RngExt;
 
-use super::{Event, World, WorldError};
+use super::{World, WorldError};
 use crate::kernel::Millis;
 use crate::log::Named;
 
@@ -17,7 +16,7 @@ impl World {
         Millis(self.streams.of("kubelet").random_range(low.0..=high.0))
     }
 
-    /// The kubelet started the launcher; the VMI is Scheduled on its node.
+    /// The kubelet started a pod; KubeVirt sees it run.
     pub(super) fn pod_started(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
         let Some(pod) = self.api.store().pod(namespace, name) else { return Ok(()) };
         if pod.phase != PodPhase::Pending {
@@ -27,21 +26,7 @@ impl World {
         let vmi_name = pod.owner_vmi.as_ref().map(|v| v.name.clone()).unwrap_or_default();
         self.api.update_pod_status(namespace, name, |pod| pod.phase = PodPhase::Running).expect("read above");
         self.record("kubelet", &Named("Pod", namespace, name), "Running", &[("node", &node)])?;
-        if let Some(uid) = migration_of(self.api.store(), namespace, name) {
-            return self.migration_target_running(&uid);
-        }
-        if is_volume_binder(self.api.store(), namespace, name) {
-            return self.volume_bound(namespace, name, &vmi_name, &node);
-        }
-        let scheduled = self.api.update_vmi(namespace, &vmi_name, &self.kubevirt_controller, |vmi| {
-            vmi.phase = VmiPhase::Scheduled;
-            vmi.node_name = Some(node);
-        });
-        if scheduled.is_ok() {
-            let event = Event::VmiRunning { namespace: namespace.into(), vmi: vmi_name };
-            self.schedule_at(self.now() + self.timing.vmi_running_after, event)?;
-        }
-        Ok(())
+        self.kubevirt_pod_running(namespace, name, vmi_name, node)
     }
 
     /// A pod's containers exited (`phase` is terminal): the kubelet frees what it requested.
@@ -60,17 +45,4 @@ impl World {
         }
         self.scheduler_cluster_changed()
     }
-}
-
-/// Whether a pod is the temporary pod that binds a WaitForFirstConsumer volume.
-fn is_volume_binder(store: &View, namespace: &str, pod: &str) -> bool {
-    store.pod(namespace, pod).is_some_and(|pod| {
-        pod.annotations.get(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING).map(String::as_str)
-            == Some(gpuclaim_engine::keys::TRUE)
-    })
-}
-
-/// The migration a target pod belongs to.
-fn migration_of(store: &View, namespace: &str, pod: &str) -> Option<String> {
-    store.pod(namespace, pod)?.labels.get(kubevirt::LABEL_MIGRATION_JOB_UID).cloned()
 }
