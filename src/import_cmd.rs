@@ -1,13 +1,13 @@
-//! `gpuclaim import`: glue over `gpuclaim_sim::import` (the mapping is there and in docs/import.md).
+//! `gpuclaim import`: glue over `gpuclaim_scenarios::import` (the mapping is there and in docs/import.md).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
-use gpuclaim_sim::import::nodes::{NodesOptions, import_nodes};
-use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb, parse_window};
-use gpuclaim_sim::import::{Imported, parse_seconds};
+use gpuclaim_scenarios::import::nodes::{NodesOptions, import_nodes};
+use gpuclaim_scenarios::import::openb::{OpenbOptions, SharedGpus, import_openb, parse_window};
+use gpuclaim_scenarios::import::{Imported, parse_seconds};
 
 #[derive(clap::Args)]
 pub struct Openb {

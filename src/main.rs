@@ -1,5 +1,5 @@
-//! `gpuclaim`: a thin command line over the engine, the twin and the live adapter (and, as they land, scenarios
-//! and reports).
+//! `gpuclaim`: a thin command line over the crates: the engine, the twin, the scenarios crate (checked runs, the
+//! suite, shrinking, importers), the what-if reports and the live adapter.
 //!
 //! Exit codes: 0 done, 1 a check or scenario failed, 2 usage, input or I/O error.
 

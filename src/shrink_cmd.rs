@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::check::shrink::{self, Step};
-use gpuclaim_sim::scenario::parse_scenario;
+use gpuclaim_scenarios::check::shrink::{self, Step};
+use gpuclaim_scenarios::scenario::parse_scenario;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Shrink {

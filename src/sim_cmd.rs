@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow};
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::check::run_checked_world;
+use gpuclaim_scenarios::check::run_checked_world;
+use gpuclaim_scenarios::scenario::parse_scenario;
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::parse_scenario;
 
 pub struct Options {
     pub scenario: PathBuf,

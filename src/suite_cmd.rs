@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
-use gpuclaim_sim::check::suite::{self, Loaded, Outcome, Plan};
+use gpuclaim_scenarios::check::suite::{self, Loaded, Outcome, Plan};
 
 /// What both commands take besides the files.
 #[derive(clap::Args, Clone, Debug)]

@@ -127,9 +127,9 @@ pub enum ClaimPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VmiRef {
-    pub name: crate::model::Name,
+    pub name: crate::name::Name,
     #[serde(default, skip_serializing_if = "str::is_empty")]
-    pub uid: crate::model::Name,
+    pub uid: crate::name::Name,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

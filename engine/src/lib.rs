@@ -38,6 +38,7 @@ pub mod fixtures;
 pub mod keys;
 pub mod message;
 pub mod model;
+pub mod name;
 pub mod objects;
 pub mod quantity;
 pub mod references;

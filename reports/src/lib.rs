@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gpuclaim_sim::scenario::Scenario;
+use gpuclaim_scenarios::scenario::Scenario;
 use serde::Serialize;
 
 use crate::run::{RunError, RunResult, run_one};

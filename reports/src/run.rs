@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use gpuclaim_engine::variant::Variant as EngineVariant;
-use gpuclaim_sim::check::{check_event, watch_invariants};
+use gpuclaim_scenarios::check::{check_event, watch_invariants};
+use gpuclaim_scenarios::scenario::Scenario;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
-use gpuclaim_sim::scenario::Scenario;
 use gpuclaim_sim::world::World;
 use serde::Serialize;
 

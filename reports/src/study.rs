@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use gpuclaim_engine::message::readable;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant as EngineVariant;
-use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb};
-use gpuclaim_sim::import::parse_seconds;
+use gpuclaim_scenarios::import::openb::{OpenbOptions, SharedGpus, import_openb};
+use gpuclaim_scenarios::import::parse_seconds;
+use gpuclaim_scenarios::scenario::{Duration, Scenario, parse_scenario};
 use gpuclaim_sim::kernel::Millis;
-use gpuclaim_sim::scenario::{Duration, Scenario, parse_scenario};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 

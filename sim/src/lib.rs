@@ -2,36 +2,36 @@
 //! random stream per actor, an event log whose hash a seed reproduces, and the API server's rules the engine's
 //! decisions must pass.
 //!
-//! The parts: the kernel ([`kernel`]), per-actor random streams ([`rng`]), the event log ([`log`]), the API server
-//! with its rules, admission chain and watch ([`apiserver`]), kube-scheduler's filters and queue ([`scheduler`],
-//! [`scheduling_queue`]), KubeVirt's constants ([`kubevirt`]) and launcher ([`launcher`]), the GPU controller's
-//! cache and work queue ([`gpu_controller`]), the [`world`] that runs every actor (KubeVirt's controllers,
-//! migrations and drains, nodes, the controller's Deployment, faults), [`scenario`] files, run [`metrics`], checked
-//! runs and the suite runner ([`check`]: invariants, expectations, engine variants; docs/scenarios.md), and
-//! trace importers ([`import`]). docs/twin.md says what each models and why.
+//! The [`world`] owns the loop and runs every actor; each actor lives in one place. The parts: the kernel
+//! ([`kernel`]), per-actor random streams ([`rng`]), the event log ([`log`]), who each actor acts as ([`users`]),
+//! the API server with its rules, admission chain and watch ([`apiserver`]), kube-scheduler (its filters, queue,
+//! state and handlers: [`scheduler`]), KubeVirt (its VM, VMI and migration controllers, virt-handler, launcher,
+//! start backoff, evacuation and their state: [`kubevirt`]), the GPU controller's cache and work queue
+//! ([`gpu_controller`]), the world's own actors (kubelets, nodes, the controller's Deployment, tenants, workloads,
+//! faults: in [`world`]) and run [`metrics`]. docs/twin.md says what each models and why. Scenario files, checked
+//! runs and trace importers are the `gpuclaim-scenarios` crate's.
 //!
 //! ```
-//! use gpuclaim_sim::kernel::{Kernel, Millis};
+//! use gpuclaim_engine::fixtures;
+//! use gpuclaim_sim::kernel::Millis;
+//! use gpuclaim_sim::log::EventLog;
+//! use gpuclaim_sim::world::{Event, Timing, World, template_vm};
 //!
-//! let mut kernel = Kernel::new();
-//! kernel.schedule_after(Millis(5_000), "start VM").unwrap();
-//! kernel.schedule_after(Millis(1_000), "add node").unwrap();
-//! assert_eq!(kernel.take_next(), Some((Millis(1_000), "add node")));
-//! assert_eq!(kernel.now(), Millis(1_000));
+//! let mut world = World::new(1, fixtures::two_node_cluster(), Timing::default(), EventLog::new(None));
+//! let vm = template_vm("tenant-a", "train", "h100", 2);
+//! world.schedule_at(Millis::seconds(1), Event::CreateVm(vm.into())).unwrap();
+//! world.run(Millis::seconds(120), 10_000).unwrap();
+//! assert_eq!(world.vm_status("tenant-a", "train"), Some("Running"));
+//! assert_eq!(world.vm_starts(), 1);
 //! ```
 
 pub mod apiserver;
-pub mod check;
 pub mod gpu_controller;
-pub mod import;
 pub mod kernel;
 pub mod kubevirt;
-pub mod launcher;
 pub mod log;
 pub mod metrics;
 pub mod rng;
-pub mod scenario;
 pub mod scheduler;
-pub mod scheduling_queue;
 pub mod users;
 pub mod world;

@@ -5,7 +5,6 @@ use gpuclaim_engine::fixtures;
 use gpuclaim_engine::model::{View, VmiPhase};
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::parse_scenario;
 use gpuclaim_sim::world::{Event, Faults, Timing, Workload, World, template_vm};
 
 const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
@@ -84,19 +83,6 @@ fn a_failed_device_lowers_allocatable_and_placement_follows() {
     let waiting = world.store().vmi_pods("tenant-a", "big").next().unwrap().waiting.clone().unwrap();
     assert_eq!(waiting.reason, "NeverFits", "no node has 8 healthy units any more");
     assert_eq!(world.store().vmi("tenant-a", "seven").unwrap().phase, VmiPhase::Running);
-}
-
-#[test]
-fn a_scenario_switches_faults_on_and_bad_rates_are_named() {
-    let text = "name: f\nduration: 1h\ncluster: {classes: [], nodes: [{prefix: n, count: 2, cpu: '8', memory: 8Gi}]}\n\
-                faults: {conflictRate: 0.1, watchLagMax: 2s, nodeLossEvery: 20m, nodeLossDuration: 5m}\n";
-    let scenario = parse_scenario(text).unwrap();
-    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
-    world.run(scenario.duration.0, 100_000).unwrap();
-    let bad = parse_scenario(&text.replace("0.1", "1.5")).unwrap().build(1, EventLog::new(None)).err().unwrap();
-    assert_eq!(bad.to_string(), "field faults.conflictRate: must be a probability in [0, 1]");
-    let bad = parse_scenario(&text.replace("20m", "0s")).unwrap().build(1, EventLog::new(None)).err().unwrap();
-    assert_eq!(bad.to_string(), "field faults.nodeLossEvery: must be at least 1s");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use gpuclaim_sim::kubevirt::migration::{MigrationPhase, TargetPod, TargetTimeout, target_timeout};
 use gpuclaim_sim::kubevirt::start::start_backoff_seconds;
+use gpuclaim_sim::kubevirt::target_timeout::{MigrationPhase, TargetPod, TargetTimeout, target_timeout};
 use gpuclaim_sim::rng::actor_stream;
 use serde_json::Value;
 

@@ -2,8 +2,6 @@
 //! held claims ordered through the order webhook, the scheduler's queue of pods that did not fit, nodes joining,
 //! and the GPU controller deciding on its own lagging cache.
 
-use std::collections::BTreeMap;
-
 use gpuclaim_engine::fixtures;
 use gpuclaim_engine::model::{ClaimPhase, VmiPhase};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
@@ -130,27 +128,6 @@ fn the_controller_decides_on_a_cache_that_lags_the_store() {
 }
 
 #[test]
-fn a_vm_stopped_at_its_trace_time_goes_whether_it_ran_or_not() {
-    let text = "name: s\nduration: 2h\ncluster:\n  classes: [{name: h100, resourceName: nvidia.com/H100, mode: Passthrough, maxCount: 8}]\n  \
-                nodes: [{prefix: n, count: 1, cpu: '64', memory: 256Gi, devices: {nvidia.com/H100: 8}}]\n\
-                vms:\n- {at: 1s, tenant: t, name: big, gpus: [{claimTemplate: {class: h100, count: 8}}], cpu: '4', memory: 8Gi, stopAt: 1h}\n\
-                - {at: 2s, tenant: t, name: waits, gpus: [{claimTemplate: {class: h100, count: 8}}], cpu: '4', memory: 8Gi, stopAt: 30m}\n";
-    let scenario = gpuclaim_sim::scenario::parse_scenario(text).unwrap();
-    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
-    world.run(Millis::seconds(1_700), 100_000).unwrap();
-    assert_eq!(world.store().vmi("t", "waits").unwrap().phase, VmiPhase::Scheduling, "gated behind big");
-    world.run(Millis::seconds(1_900), 100_000).unwrap();
-    assert!(world.store().vmi("t", "waits").is_none(), "deleted at 30 min without ever running");
-    assert!(world.store().claim("t", "waits-gpu-0").is_none());
-    world.run(Millis::seconds(3_700), 100_000).unwrap();
-    assert!(world.store().vmi("t", "big").is_none(), "stopped at 1 h");
-    assert_eq!(world.vm_starts(), 1);
-    let bad = gpuclaim_sim::scenario::parse_scenario(&text.replace("stopAt: 30m", "stopAt: 1s")).unwrap();
-    let error = bad.build(1, EventLog::new(None)).err().unwrap();
-    assert_eq!(error.to_string(), "field vms[1].stopAt: is before `at`");
-}
-
-#[test]
 fn the_controller_counts_the_cpu_of_pods_without_claims() {
     for seed in 1..=6 {
         let mut store = fixtures::two_node_cluster();
@@ -211,53 +188,6 @@ fn the_run_measures_gate_waits_and_counts_pods_set_waiting_by_reason() {
     assert_eq!(world.vms_in_crash_loop(), 0);
     // The first ran its minute and stopped; the second runs; the third has waited since it was created at 3 s.
     assert_eq!(world.waiting_to_start(), vec![197_000]);
-}
-
-/// A 3-hour scenario of two nodes with `units` of one GPU class and a tenant `team` whose one workload of 1-CPU VMs
-/// is `workload` (its rate, lifetime, window and GPUs), built at seed 1.
-fn team_world(units: u32, workload: &str) -> (gpuclaim_sim::scenario::Scenario, World) {
-    let text = format!(
-        "name: team\nduration: 3h\ncluster:\n  classes: [{{name: gpu, resourceName: example.com/gpu, mode: Passthrough, \
-         maxCount: 1}}]\n  nodes: [{{prefix: gpu-, count: 2, cpu: '64', memory: 256Gi, devices: {{example.com/gpu: \
-         {units}}}}}]\n  tenants: [{{name: team}}]\nworkloads:\n- {{tenant: team, prefix: vm, cpu: '1', memory: 1Gi, \
-         {workload}}}\n"
-    );
-    let scenario = gpuclaim_sim::scenario::parse_scenario(&text).unwrap();
-    let world = scenario.build(1, EventLog::new(None)).unwrap();
-    (scenario, world)
-}
-
-#[test]
-fn the_first_leader_publishes_capacity_so_held_claims_can_be_ordered_before_any_claim_moves() {
-    let workload = "arrivalsPerHour: 2, meanLifetime: 30m, heldClaim: {class: gpu, count: 1}";
-    let (scenario, mut world) = team_world(5, workload);
-    world.run(scenario.duration.0, 1_000_000).unwrap();
-    assert!(world.vm_starts() > 0, "orders went through");
-    assert_eq!(world.stats().refusals.get("OrderRefused:NoCapacity"), None, "{:?}", world.stats().refusals);
-}
-
-#[test]
-fn a_workload_with_a_window_creates_vms_only_within_it() {
-    let workload =
-        "arrivalsPerHour: 60, meanLifetime: 1m, from: 1h, until: 2h, gpus: [{claimTemplate: {class: gpu, count: 1}}]";
-    let (scenario, mut world) = team_world(8, workload);
-    // When each VMI was first seen.
-    let mut seen = BTreeMap::new();
-    world
-        .run_observed(scenario.duration.0, 1_000_000, |world| {
-            let now = world.now();
-            for vmi in world.store().vmis() {
-                seen.entry(vmi.name.to_string()).or_insert(now);
-            }
-            Ok::<(), ()>(())
-        })
-        .unwrap()
-        .unwrap();
-    assert!(seen.len() > 30, "about 60 arrive in the hour: {}", seen.len());
-    let (first, last) = (seen.values().min().unwrap(), seen.values().max().unwrap());
-    assert!(*first >= Millis::seconds(3_600), "none before `from`: {first:?}");
-    assert!(*last <= Millis::seconds(7_200), "none after `until`: {last:?}");
-    assert_eq!(world.vm_starts(), seen.len() as u64, "each started");
 }
 
 #[test]

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use gpuclaim_engine::objects::load_objects;
+use gpuclaim_scenarios::scenario::{NODES_MAX, ScenarioError, parse_scenario};
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::{NODES_MAX, ScenarioError, parse_scenario};
 use serde_json::Value;
 
 use super::hostile::{Tape, hostile_value, mutate_text, mutate_tree, set_pointer};

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::Name;
 use super::objects::{Class, Node, Published};
+use crate::name::Name;
 use crate::scheduling::{matches_node_selector, untolerated_taint};
 
 /// What is taken on one node.

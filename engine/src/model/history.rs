@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::Name;
+use crate::name::Name;
 
 type Fixed = foldhash::fast::FixedState;
 

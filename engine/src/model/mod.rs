@@ -7,7 +7,6 @@
 
 mod capacity;
 mod history;
-mod name;
 mod nodes;
 mod objects;
 mod tenant;
@@ -17,12 +16,12 @@ use std::sync::Arc;
 
 pub use capacity::{Capacity, NodeLoad};
 pub use history::Change;
-pub use name::Name;
 pub use objects::*;
 pub use tenant::Tenant;
 
+pub use crate::name::Name;
+
 use crate::keys;
-use crate::rules::pod_role;
 use crate::scheduling::is_pinned_to;
 
 /// The world the engine decides on: what the webhooks' and the controller's caches hold.

@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::Name;
-
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
 pub use crate::api::{ClaimPhase, GpuMode, VmiRef};
+use crate::keys::{self, kubevirt};
+use crate::name::Name;
+use crate::variant::Variant;
 
 /// Time as the engine takes it: the caller's clock (virtual in the twin), never read inside.
 pub type Time = k8s_openapi::jiff::Timestamp;
@@ -149,6 +150,61 @@ impl Pod {
     pub fn required_terms(&self) -> Option<&[NodeSelectorTerm]> {
         self.required_terms.as_deref().map(Vec::as_slice)
     }
+}
+
+/// Which pods the placement gate applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodRole {
+    /// No claims label, or a pod of the VM that is neither of the two below: left alone.
+    NotOurs,
+    /// A migration target: KubeVirt deletes a target that stays pending, so it is never gated.
+    MigrationTarget,
+    /// The launcher of a VMI with claims.
+    Launcher,
+    /// The temporary pod that binds WaitForFirstConsumer volumes: it must land where the launcher will.
+    VolumeBinder,
+}
+
+impl PodRole {
+    /// The roles the placement gate holds: the launcher and the volume binder.
+    pub fn is_gated(self) -> bool {
+        matches!(self, PodRole::Launcher | PodRole::VolumeBinder)
+    }
+
+    /// The roles the placement gate holds under an engine variant: `gate_migration_targets` adds the migration
+    /// target. The pod webhook gates these, and the invariant checks follow the pods it gated.
+    pub fn is_gated_under(self, variant: &Variant) -> bool {
+        self.is_gated() || (variant.gate_migration_targets && self == PodRole::MigrationTarget)
+    }
+}
+
+/// Tells a pod's role from its labels and annotations alone.
+pub fn pod_role(pod: &Pod) -> PodRole {
+    // One walk over the handful of labels, matched by key (a length compare rejects most keys without reading
+    // them), instead of three ordered lookups that each compare text along the way: a pod's role is asked for at
+    // every edit of every pod.
+    let (mut claims, mut migration_target, mut launcher) = (false, false, false);
+    for (key, value) in pod.labels.iter() {
+        match key.as_str() {
+            keys::LABEL_CLAIMS => claims = value == keys::TRUE,
+            kubevirt::LABEL_MIGRATION_JOB_UID => migration_target = true,
+            kubevirt::LABEL_APP => launcher = value == kubevirt::LAUNCHER,
+            _ => {}
+        }
+    }
+    if !claims {
+        return PodRole::NotOurs;
+    }
+    if migration_target {
+        return PodRole::MigrationTarget;
+    }
+    if pod.annotations.get(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING).map(String::as_str) == Some(keys::TRUE) {
+        return PodRole::VolumeBinder;
+    }
+    if launcher {
+        return PodRole::Launcher;
+    }
+    PodRole::NotOurs
 }
 
 /// A VMI's phase, as KubeVirt reports it.

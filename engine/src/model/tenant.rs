@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Fixed;
-use super::Name;
 use super::objects::Claim;
+use crate::name::Name;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tenant {

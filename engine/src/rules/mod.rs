@@ -9,7 +9,7 @@ mod render;
 mod vmi;
 
 pub use order::{Order, OrderRefusal, validate_order};
-pub use pod::{PodPatch, PodRefusal, PodRole, mutate_pod, mutate_pod_with, pod_role};
+pub use pod::{PodPatch, PodRefusal, mutate_pod, mutate_pod_with};
 pub use render::{
     ENTRY_KINDS, RenderRefusal, Shape, TEMPLATE_COUNT_MAX, VmRender, VmValues, read_values, render_values, render_vm,
 };

@@ -4,8 +4,8 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::Toleration;
 
-use crate::keys::{self, kubevirt};
-use crate::model::{Pod, View};
+use crate::keys;
+use crate::model::{Pod, View, pod_role};
 use crate::references::parse_attachments;
 use crate::variant::Variant;
 
@@ -75,61 +75,6 @@ impl Refusal for PodRefusal {
     }
 }
 
-/// Which pods the placement gate applies to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodRole {
-    /// No claims label, or a pod of the VM that is neither of the two below: left alone.
-    NotOurs,
-    /// A migration target: KubeVirt deletes a target that stays pending, so it is never gated.
-    MigrationTarget,
-    /// The launcher of a VMI with claims.
-    Launcher,
-    /// The temporary pod that binds WaitForFirstConsumer volumes: it must land where the launcher will.
-    VolumeBinder,
-}
-
-impl PodRole {
-    /// The roles the placement gate holds: the launcher and the volume binder.
-    pub fn is_gated(self) -> bool {
-        matches!(self, PodRole::Launcher | PodRole::VolumeBinder)
-    }
-
-    /// The roles the placement gate holds under an engine variant: `gate_migration_targets` adds the migration
-    /// target. The pod webhook gates these, and the invariant checks follow the pods it gated.
-    pub fn is_gated_under(self, variant: &Variant) -> bool {
-        self.is_gated() || (variant.gate_migration_targets && self == PodRole::MigrationTarget)
-    }
-}
-
-/// Tells a pod's role from its labels and annotations alone.
-pub fn pod_role(pod: &Pod) -> PodRole {
-    // One walk over the handful of labels, matched by key (a length compare rejects most keys without reading
-    // them), instead of three ordered lookups that each compare text along the way: a pod's role is asked for at
-    // every edit of every pod.
-    let (mut claims, mut migration_target, mut launcher) = (false, false, false);
-    for (key, value) in pod.labels.iter() {
-        match key.as_str() {
-            keys::LABEL_CLAIMS => claims = value == keys::TRUE,
-            kubevirt::LABEL_MIGRATION_JOB_UID => migration_target = true,
-            kubevirt::LABEL_APP => launcher = value == kubevirt::LAUNCHER,
-            _ => {}
-        }
-    }
-    if !claims {
-        return PodRole::NotOurs;
-    }
-    if migration_target {
-        return PodRole::MigrationTarget;
-    }
-    if pod.annotations.get(kubevirt::ANNOTATION_EPHEMERAL_PROVISIONING).map(String::as_str) == Some(keys::TRUE) {
-        return PodRole::VolumeBinder;
-    }
-    if launcher {
-        return PodRole::Launcher;
-    }
-    PodRole::NotOurs
-}
-
 /// The pod webhook: a launcher or WaitForFirstConsumer pod with the claims label gets the placement gate and the
 /// tolerations of its claims' classes, each at most once (a duplicate gate fails pod validation, and the webhook
 /// may be called again). The classes come from the attachments annotation KubeVirt copies from the VMI. A class
@@ -172,6 +117,8 @@ mod tests {
     use super::*;
     use crate::convert::pod_from_json;
     use crate::fixtures::{self, gpu_toleration, platform};
+    use crate::keys::kubevirt;
+    use crate::model::PodRole;
 
     const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
     const ATTACHMENTS: &str = r#"[{"claim":"train-a","uid":"u","class":"h100","count":1},{"template":0,"class":"a100-40c","count":1},{"template":1,"class":"h100","count":2}]"#;

@@ -1,21 +1,22 @@
 //! One world, one loop: the API server, KubeVirt's controllers, the scheduler, the kubelets and the GPU controller,
-//! driven by the kernel's events in virtual time. Each actor's handlers live in their own file; this one owns the
-//! loop, the events and the state they share.
+//! driven by the kernel's events in virtual time. This file owns the loop, the events and what every actor uses (the
+//! clock, the random streams, the log, the run's figures); each actor's handlers live in one place: the GPU
+//! controller's Deployment, the nodes, the kubelets, the tenants, their workloads and the faults in this folder's
+//! files, kube-scheduler and KubeVirt in folders of their own ([`crate::scheduler`], [`crate::kubevirt`]) that hold
+//! their state too.
 //!
 //! Same-time events run in the order they were scheduled. Every transition is one event-log line.
 
 mod controller;
 mod deployment;
 mod faults;
-mod kubevirt;
-mod migrations;
+mod kubelet;
 mod nodes;
 mod observe;
-mod scheduling;
 mod tenants;
 mod workloads;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Name, Node, Time, View};
@@ -25,31 +26,18 @@ use gpuclaim_engine::variant::Variant;
 use crate::apiserver::ApiServer;
 use crate::gpu_controller::GpuController;
 use crate::kernel::{Kernel, KernelError, Millis, RunError};
+use crate::kubevirt::KubeVirt;
 use crate::log::{EventLog, LogError, LogObject, Record};
 use crate::rng::Streams;
-use crate::scheduling_queue::SchedulingQueue;
-use crate::users::{self, User};
-use gpuclaim_engine::controller::runtime::RateLimiter;
+use crate::scheduler::Scheduler;
+use crate::users;
 
 pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
 pub use faults::{FaultKind, Faults};
-pub use migrations::{Migration, Phase as MigrationPhase, live_migratable};
 pub use tenants::TenantWrite;
 pub use workloads::Workload;
 
-/// A VirtualMachine as the tenant's chart renders it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VmSpec {
-    pub namespace: String,
-    pub name: String,
-    pub gpus: Vec<GpuEntry>,
-    pub cpu_millis: u64,
-    pub memory_bytes: u64,
-    /// How long the VM runs once Running, then stops (`None`: until the end).
-    pub lifetime: Option<Millis>,
-    /// Its disk is a DataVolume on local storage with `volumeBindingMode: WaitForFirstConsumer`.
-    pub wffc_volume: bool,
-}
+pub use crate::kubevirt::{Migration, MigrationPhase, VmSpec, live_migratable};
 
 /// The twin's timing (virtual), with defaults read off real clusters.
 #[derive(Clone, Debug)]
@@ -176,118 +164,31 @@ pub struct Stats {
     pub pins_rechecked: u64,
 }
 
-/// A VM KubeVirt's VM controller keeps.
-#[derive(Clone, Debug)]
-struct VmState {
-    spec: VmSpec,
-    /// A held claim the tenant ordered for this VM and deletes when it is done.
-    ordered_claim: Option<String>,
-    /// The tenant stopped it (runStrategy Halted): once its VMI is gone, the tenant deletes it.
-    halted: bool,
-    /// `status.startFailure`: VMIs that ended without running, in a row.
-    start_failure: Option<StartFailure>,
-    /// The current VMI reached Running (its `phaseTransitionTimestamps` has a Running entry).
-    vmi_ran: bool,
-    /// The node its WaitForFirstConsumer volume was bound to (local storage: for good).
-    volume_node: Option<String>,
-    /// Since when it has been asked to run (created, or restarted after its VMI failed): a start wait's origin.
-    start_requested: Millis,
-    /// The wait of its last start (asked to run → Running).
-    last_start_wait: Option<Millis>,
-    /// GPU units its running VMI counts in the metrics.
-    counted_units: Vec<(String, i64)>,
-}
-
-/// The VMs KubeVirt's VM controller keeps: namespace → name → state, in two levels so a lookup borrows its names
-/// (looked up at every VM event), hashed with a fixed seed (the one listing, VMs waiting to start, only counts).
-#[derive(Debug, Default)]
-struct Vms(HashMap<String, HashMap<String, VmState, foldhash::fast::FixedState>, foldhash::fast::FixedState>);
-
-impl Vms {
-    fn get(&self, namespace: &str, name: &str) -> Option<&VmState> {
-        self.0.get(namespace)?.get(name)
-    }
-
-    fn get_mut(&mut self, namespace: &str, name: &str) -> Option<&mut VmState> {
-        self.0.get_mut(namespace)?.get_mut(name)
-    }
-
-    fn insert(&mut self, namespace: &str, name: &str, vm: VmState) {
-        self.0.entry(namespace.to_owned()).or_default().insert(name.to_owned(), vm);
-    }
-
-    fn remove(&mut self, namespace: &str, name: &str) -> Option<VmState> {
-        let vms = self.0.get_mut(namespace)?;
-        let vm = vms.remove(name);
-        if vms.is_empty() {
-            self.0.remove(namespace);
-        }
-        vm
-    }
-
-    /// Every VM with its namespace and name, in no order (the caller sorts what it shows).
-    fn iter(&self) -> impl Iterator<Item = (&str, &str, &VmState)> {
-        self.0
-            .iter()
-            .flat_map(|(namespace, vms)| vms.iter().map(move |(name, vm)| (namespace.as_str(), name.as_str(), vm)))
-    }
-
-    fn values(&self) -> impl Iterator<Item = &VmState> {
-        self.0.values().flat_map(HashMap::values)
-    }
-}
-
-/// KubeVirt's `vm.status.startFailure`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct StartFailure {
-    consecutive: u32,
-    last_failed_vmi_uid: String,
-    retry_after: Millis,
-}
-
 /// The whole twin.
 pub struct World {
-    /// Who KubeVirt's controllers act as (every write names its user).
-    kubevirt_controller: User,
-    kubevirt_handler: User,
     seed: u64,
     faults: Faults,
     kernel: Kernel<Event>,
-    streams: Streams,
+    pub(crate) streams: Streams,
     log: EventLog,
-    timing: Timing,
+    pub(crate) timing: Timing,
     /// The API server and its store.
     pub api: ApiServer,
     controller: GpuController,
     /// Whether references may be rendered (the `_cluster` switch).
     pub claims_enabled: bool,
-    /// Hashed with a fixed seed: looked up at every VM event; the rare listings sort what they list.
-    vms: Vms,
-    /// KubeVirt's work queues' rate limiters (VM controller, VMI controller).
-    vm_retries: RateLimiter<String>,
-    vmi_retries: RateLimiter<String>,
-    /// Migrations by uid, and the number handed out so far.
-    migrations: BTreeMap<String, Migration>,
-    migration_seq: u64,
+    /// KubeVirt's state (its handlers are in [`crate::kubevirt`]).
+    pub(crate) kubevirt: KubeVirt,
     /// The GPU controller's Deployment: replicas, the leader.
     deployment: deployment::Deployment,
-    /// Nodes being drained.
-    drains: BTreeMap<String, migrations::Drain>,
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
-    /// The scheduler's own count of what the pods bound to each node request.
-    requested: crate::scheduler::NodeRequests,
-    /// What every launcher this world renders shares.
-    launcher_parts: crate::launcher::LauncherParts,
-    /// Where the scheduler's next search of the nodes starts (kube-scheduler's `nextStartNodeIndex`).
-    next_start_node: usize,
-    /// The scheduler's per-node verdicts of the filters that read only pod specs and nodes (see `NodeVerdicts`).
-    node_verdicts: crate::scheduler::NodeVerdicts,
-    scheduling_queue: SchedulingQueue,
+    /// kube-scheduler's state (its handlers are in [`crate::scheduler`]).
+    pub(crate) scheduler: Scheduler,
     /// The earliest ControllerWake scheduled and not yet run.
     wake_at: Option<Millis>,
-    stats: Stats,
-    metrics: crate::metrics::Metrics,
+    pub(crate) stats: Stats,
+    pub(crate) metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
     /// The log's hash once the log was taken.
     closed_hash: Option<String>,
@@ -306,8 +207,6 @@ impl World {
         let mut api = ApiServer::new(store.clone(), 1_000);
         api.watch().lag = timing.watch_lag;
         let mut world = World {
-            kubevirt_controller: users::kubevirt_controller(),
-            kubevirt_handler: users::kubevirt_handler(),
             seed,
             faults: Faults::default(),
             kernel: Kernel::new(),
@@ -317,19 +216,10 @@ impl World {
             api,
             controller: GpuController::new(store, user, Variant::SHIPPED),
             claims_enabled: true,
-            vms: Vms::default(),
-            vm_retries: RateLimiter::default(),
-            vmi_retries: RateLimiter::default(),
-            requested: Default::default(),
-            launcher_parts: Default::default(),
-            next_start_node: 0,
-            node_verdicts: Default::default(),
+            kubevirt: KubeVirt::default(),
+            scheduler: Scheduler::default(),
             silent_nodes: BTreeMap::new(),
-            migrations: BTreeMap::new(),
-            migration_seq: 0,
-            drains: BTreeMap::new(),
             deployment: deployment::Deployment::default(),
-            scheduling_queue: SchedulingQueue::default(),
             wake_at: None,
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::default(),
@@ -410,11 +300,11 @@ impl World {
         }
     }
 
-    fn time(&self) -> Time {
+    pub(crate) fn time(&self) -> Time {
         Time::from_millisecond(self.epoch_ms + self.kernel.now().0 as i64).expect("virtual time stays in range")
     }
 
-    fn record(
+    pub(crate) fn record(
         &mut self,
         actor: &str,
         object: &dyn LogObject,
@@ -426,7 +316,7 @@ impl World {
     }
 
     /// Counts a refusal and logs it.
-    fn refused(
+    pub(crate) fn refused(
         &mut self,
         actor: &str,
         object: &dyn LogObject,
@@ -523,28 +413,6 @@ impl World {
             *waiting.entry(reason.to_owned()).or_insert(0) += 1;
         }
         waiting
-    }
-
-    /// A VM's status as `kubectl get vm` prints it (KubeVirt's `printableStatus`), of the states the twin has:
-    /// `Stopped` (halted, or its VMI ended and no new one exists), `CrashLoopBackOff` (a start backoff is running),
-    /// `Starting` (asked to run, its VMI not Running yet, including while its VMI create is refused), `Running`.
-    pub fn vm_status(&self, namespace: &str, name: &str) -> Option<&'static str> {
-        let vm = self.vms.get(namespace, name)?;
-        let vmi = self.api.store().vmi(namespace, name);
-        if vm.start_failure.as_ref().is_some_and(|failure| failure.retry_after > self.now()) {
-            return Some("CrashLoopBackOff");
-        }
-        Some(match vmi.map(|vmi| vmi.phase) {
-            Some(gpuclaim_engine::model::VmiPhase::Running) => "Running",
-            _ if vm.halted => "Stopped",
-            Some(phase) if phase.is_final() => "Stopped",
-            _ => "Starting",
-        })
-    }
-
-    /// How long a VM's last start waited (asked to run → Running), once it ran.
-    pub fn last_start_wait(&self, namespace: &str, name: &str) -> Option<Millis> {
-        self.vms.get(namespace, name)?.last_start_wait
     }
 
     /// Whether a GPU controller replica leads (reconciles) now.

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use gpuclaim_sim::import::nodes::{NodesOptions, import_nodes};
-use gpuclaim_sim::import::openb::{OpenbOptions, SharedGpus, import_openb};
-use gpuclaim_sim::import::{ImportError, Imported, VmOut};
+use gpuclaim_scenarios::import::nodes::{NodesOptions, import_nodes};
+use gpuclaim_scenarios::import::openb::{OpenbOptions, SharedGpus, import_openb};
+use gpuclaim_scenarios::import::{ImportError, Imported, VmOut};
+use gpuclaim_scenarios::scenario::parse_scenario;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::parse_scenario;
 use gpuclaim_sim::world::World;
 
 fn write(dir: impl AsRef<Path>, name: &str, text: &str) -> PathBuf {
@@ -183,7 +183,7 @@ fn every_column_maps_onto_vms_classes_and_nodes() {
         format!("{:?}", (&from_json.cluster, &from_json.vms)),
         format!("{:?}", (&from_yaml.cluster, &from_yaml.vms))
     );
-    let hash = |scenario: &gpuclaim_sim::scenario::Scenario| {
+    let hash = |scenario: &gpuclaim_scenarios::scenario::Scenario| {
         let mut world = scenario.build(1, EventLog::new(None)).unwrap();
         world.run(Millis::seconds(600), 1_000_000).unwrap();
         world.log_hash()

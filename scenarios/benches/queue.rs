@@ -3,16 +3,16 @@
 //! the cluster is full, 1,312 VMs left at the gate) and as timed, and `scenarios/perf/gate-10k.yaml` (10,000 VMs at
 //! a full 1,000-node cluster). Each sample is one run, invariants checked after every event as `gpuclaim sim run`
 //! does. The openb trace stays in `../shared/traces/` (never committed): without it the two openb benchmarks say
-//! so and measure nothing. Run: `cargo bench -p gpuclaim-sim --bench queue`.
+//! so and measure nothing. Run: `cargo bench -p gpuclaim-scenarios --bench queue`.
 
 use std::path::{Path, PathBuf};
 
 use divan::{Bencher, black_box};
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::check::run_checked;
-use gpuclaim_sim::import::openb::{OpenbOptions, import_openb};
+use gpuclaim_scenarios::check::run_checked;
+use gpuclaim_scenarios::import::openb::{OpenbOptions, import_openb};
+use gpuclaim_scenarios::scenario::{Scenario, parse_scenario};
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::{Scenario, parse_scenario};
 
 fn main() {
     divan::main();

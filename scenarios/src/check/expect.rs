@@ -15,13 +15,13 @@ use std::collections::BTreeSet;
 
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Pod, VmiPhase};
-use gpuclaim_engine::rules::{PodRole, pod_role};
+use gpuclaim_engine::model::{PodRole, pod_role};
+use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::world::{MigrationPhase, World};
 use serde::Deserialize;
 
 use super::invariants::Invariant;
-use crate::kernel::Millis;
 use crate::scenario::Duration;
-use crate::world::{MigrationPhase, World};
 
 /// An expectation as a scenario file writes it (one subject and its conditions, and when).
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -11,14 +11,14 @@
 use std::collections::BTreeSet;
 
 use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::log::EventLog;
+use gpuclaim_sim::metrics::Percentiles;
+use gpuclaim_sim::world::{World, WorldError};
 
 use super::expect::{Expectation, Subject, When};
 use super::invariants::{Invariant, Invariants, Violation};
-use crate::kernel::Millis;
-use crate::log::EventLog;
-use crate::metrics::Percentiles;
 use crate::scenario::{Scenario, ScenarioError};
-use crate::world::{World, WorldError};
 
 /// The most events one checked run may handle: a run that needs more is runaway, not busy.
 pub const EVENTS_MAX: u64 = 1_000_000_000;

@@ -10,12 +10,12 @@
 //! Deterministic: the same input gives the same shrunk scenario. Bounded: at most [`SHRINK_RUNS_MAX`] runs, and a
 //! deadline the caller may give.
 
+use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::log::EventLog;
 use serde_json::Value;
 
 use super::run::run_checked;
-use crate::log::EventLog;
 use crate::scenario::{ScenarioError, parse_scenario};
-use gpuclaim_engine::variant::Variant;
 
 /// The most checked runs one shrink makes.
 pub const SHRINK_RUNS_MAX: usize = 2_000;

@@ -11,17 +11,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use gpuclaim_engine::controller::runtime::ObjectKey;
 use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, template_claim_name};
 use gpuclaim_engine::keys;
+use gpuclaim_engine::model::pod_role;
 use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
 use gpuclaim_engine::references::parse_attachments;
-use gpuclaim_engine::rules::pod_role;
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
-
-use crate::apiserver::Kind;
-use crate::kernel::Millis;
-use gpuclaim_engine::controller::runtime::ObjectKey;
+use gpuclaim_sim::apiserver::Kind;
+use gpuclaim_sim::kernel::Millis;
 
 /// One invariant, by the name scenario files and reports use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -241,7 +240,7 @@ pub struct Invariants {
 }
 
 impl Invariants {
-    /// An empty buffer for the next event's keys (see [`crate::apiserver::watch::Watch::take_journal`]).
+    /// An empty buffer for the next event's keys (see [`gpuclaim_sim::apiserver::watch::Watch::take_journal`]).
     pub fn spent_journal(&mut self) -> Vec<ObjectKey> {
         std::mem::take(&mut self.journal)
     }

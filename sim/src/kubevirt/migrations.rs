@@ -14,21 +14,22 @@
 //! passthrough GPU) blocks the drain, as KubeVirt's eviction webhook refuses evicting it under the LiveMigrate
 //! eviction strategy.
 
-use crate::log::Named;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpuclaim_engine::keys::kubevirt;
-use gpuclaim_engine::model::{GpuMode, Name, PodPhase, View, Vmi, VmiPhase};
+use gpuclaim_engine::model::{Name, PodPhase, View, VmiPhase};
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodAntiAffinity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
-use super::{Event, World, WorldError};
-use crate::kernel::Millis;
-use crate::kubevirt::migration::{
-    MigrationPhase, PENDING_TIMEOUT_SECONDS, TargetPod, TargetTimeout, UNSCHEDULABLE_TIMEOUT_SECONDS, target_timeout,
+use super::target_timeout::{
+    MigrationPhase as TimeoutPhase, PENDING_TIMEOUT_SECONDS, TargetPod, TargetTimeout, UNSCHEDULABLE_TIMEOUT_SECONDS,
+    target_timeout,
 };
-use crate::launcher::render_launcher;
+use super::{Migration, MigrationPhase as Phase, live_migratable};
+use crate::kernel::Millis;
+use crate::log::Named;
+use crate::world::{Event, World, WorldError};
 
 pub const PARALLEL_MIGRATIONS_PER_CLUSTER: usize = 5;
 pub const PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: usize = 2;
@@ -37,66 +38,12 @@ pub const EVACUATION_BACKOFF: Millis = Millis(20_000);
 /// Target running → handoff: the memory copy and the switch-over (a GPU VM's state, at typical bandwidth).
 pub const MIGRATION_COPY: Millis = Millis(10_000);
 
-/// A migration's phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Pending,
-    Scheduling,
-    Scheduled,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-/// One VirtualMachineInstanceMigration.
-#[derive(Clone, Debug)]
-pub struct Migration {
-    pub namespace: String,
-    pub vmi: String,
-    pub source_node: String,
-    pub target_pod: Option<String>,
-    pub target_created: Millis,
-    pub phase: Phase,
-    /// Created by a drain (evacuation) rather than by a user.
-    pub evacuation: bool,
-}
-
-impl Migration {
-    /// Counts against the limits: its target exists and the migration has not ended.
-    pub fn active(&self) -> bool {
-        matches!(self.phase, Phase::Scheduling | Phase::Scheduled | Phase::Running)
-    }
-
-    fn finished(&self) -> bool {
-        matches!(self.phase, Phase::Succeeded | Phase::Failed)
-    }
-}
-
-/// A node being drained: consecutive evacuation failures, and VMIs already reported as blocking.
-#[derive(Clone, Debug, Default)]
-pub struct Drain {
-    failures: u32,
-    blocked: BTreeSet<(String, String)>,
-}
-
-/// Whether KubeVirt can live-migrate the VMI: no GPUs, or exactly one vGPU of a class that allows it; a
-/// passthrough GPU (or a device no class names) pins it to its host.
-pub fn live_migratable(view: &View, vmi: &Vmi) -> bool {
-    if vmi.gpus.is_empty() {
-        return true;
-    }
-    let [gpu] = vmi.gpus.as_slice() else { return false };
-    view.classes()
-        .find(|class| class.resource_name == gpu.device_name)
-        .is_some_and(|class| class.mode == GpuMode::Vgpu && class.live_migratable)
-}
-
 impl World {
     /// A user (or a drain) asks to migrate a VMI.
-    pub(super) fn migrate(&mut self, namespace: &str, vmi: &str, evacuation: bool) -> Result<(), WorldError> {
+    pub(crate) fn migrate(&mut self, namespace: &str, vmi: &str, evacuation: bool) -> Result<(), WorldError> {
         let object = format!("VirtualMachineInstance {namespace}/{vmi}");
         let Some(current) = self.api.store().vmi(namespace, vmi) else { return Ok(()) };
-        let busy = self.migrations.values().any(|m| m.namespace == namespace && m.vmi == vmi && !m.finished());
+        let busy = self.kubevirt.migrations.values().any(|m| m.namespace == namespace && m.vmi == vmi && !m.finished());
         if current.phase != VmiPhase::Running || busy {
             return Ok(());
         }
@@ -105,8 +52,8 @@ impl World {
             return self.refused("virt-api", &object, "MigrationRefused", "NotMigratable", message);
         }
         let source_node = current.node_name.clone().unwrap_or_default();
-        self.migration_seq += 1;
-        let uid = format!("uid-migration-{:06}", self.migration_seq);
+        self.kubevirt.migration_seq += 1;
+        let uid = format!("uid-migration-{:06}", self.kubevirt.migration_seq);
         let migration = Migration {
             namespace: namespace.to_owned(),
             vmi: vmi.to_owned(),
@@ -116,20 +63,25 @@ impl World {
             phase: Phase::Pending,
             evacuation,
         };
-        self.migrations.insert(uid.clone(), migration);
+        self.kubevirt.migrations.insert(uid.clone(), migration);
         let kind = if evacuation { "evacuation" } else { "user" };
         self.record("migration-controller", &format!("Migration {uid}"), "Created", &[("vmi", &object), ("by", kind)])?;
         self.sync_migrations()
     }
 
     /// Starts pending migrations within the cluster's and each source node's limits, oldest first.
-    pub(super) fn sync_migrations(&mut self) -> Result<(), WorldError> {
-        let pending: Vec<String> =
-            self.migrations.iter().filter(|(_, m)| m.phase == Phase::Pending).map(|(uid, _)| uid.clone()).collect();
+    pub(crate) fn sync_migrations(&mut self) -> Result<(), WorldError> {
+        let pending: Vec<String> = self
+            .kubevirt
+            .migrations
+            .iter()
+            .filter(|(_, m)| m.phase == Phase::Pending)
+            .map(|(uid, _)| uid.clone())
+            .collect();
         for uid in pending {
-            let running = self.migrations.values().filter(|m| m.active()).count();
-            let source = self.migrations[&uid].source_node.clone();
-            let outbound = self.migrations.values().filter(|m| m.active() && m.source_node == source).count();
+            let running = self.kubevirt.migrations.values().filter(|m| m.active()).count();
+            let source = self.kubevirt.migrations[&uid].source_node.clone();
+            let outbound = self.kubevirt.migrations.values().filter(|m| m.active() && m.source_node == source).count();
             if running >= PARALLEL_MIGRATIONS_PER_CLUSTER || outbound >= PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE {
                 continue;
             }
@@ -139,21 +91,20 @@ impl World {
     }
 
     fn start_migration(&mut self, uid: &str) -> Result<(), WorldError> {
-        let migration = self.migrations[uid].clone();
+        let migration = self.kubevirt.migrations[uid].clone();
         let Some(vmi) = self.api.store().vmi(&migration.namespace, &migration.vmi) else {
             return self.finish_migration(uid, Phase::Failed, "the VMI is gone");
         };
-        let Some(vm) = self.vms.get(&migration.namespace, &migration.vmi) else { return Ok(()) };
-        let name = format!("virt-launcher-{}-{:05}", migration.vmi, self.kernel.handled() % 100_000);
-        let mut pod =
-            render_launcher(vmi, &name, vm.spec.cpu_millis, vm.spec.memory_bytes, self.time(), &self.launcher_parts);
+        let Some(vm) = self.kubevirt.vms.get(&migration.namespace, &migration.vmi) else { return Ok(()) };
+        let name = format!("virt-launcher-{}-{:05}", migration.vmi, self.events() % 100_000);
+        let mut pod = self.launcher_of(vmi, vm, &name);
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
         let object = Named("Pod", &migration.namespace, &name);
-        match self.api.create_pod(pod, &self.kubevirt_controller) {
+        match self.api.create_pod(pod, &self.kubevirt.controller) {
             Ok(_) => {
                 let now = self.now();
-                let entry = self.migrations.get_mut(uid).expect("read above");
+                let entry = self.kubevirt.migrations.get_mut(uid).expect("read above");
                 entry.target_pod = Some(name.clone());
                 entry.target_created = now;
                 entry.phase = Phase::Scheduling;
@@ -173,19 +124,19 @@ impl World {
     }
 
     /// The migration controller's pending-pod timeouts.
-    pub(super) fn migration_timeout(&mut self, uid: &str) -> Result<(), WorldError> {
-        let Some(migration) = self.migrations.get(uid) else { return Ok(()) };
+    pub(crate) fn migration_timeout(&mut self, uid: &str) -> Result<(), WorldError> {
+        let Some(migration) = self.kubevirt.migrations.get(uid) else { return Ok(()) };
         let Some(target) = migration.target_pod.clone() else { return Ok(()) };
         let phase = match migration.phase {
-            Phase::Pending => MigrationPhase::Pending,
-            Phase::Scheduling => MigrationPhase::Scheduling,
-            _ => MigrationPhase::Scheduled,
+            Phase::Pending => TimeoutPhase::Pending,
+            Phase::Scheduling => TimeoutPhase::Scheduling,
+            _ => TimeoutPhase::Scheduled,
         };
         let namespace = migration.namespace.clone();
         let Some(pod) = self.api.store().pod(&namespace, &target) else { return Ok(()) };
         let state = TargetPod {
             pending: pod.phase == PodPhase::Pending,
-            unschedulable: self.scheduling_queue.is_parked(&namespace, &target),
+            unschedulable: self.scheduler.is_parked(&namespace, &target),
             age_seconds: (self.now().0 - migration.target_created.0) / 1_000,
         };
         let Some(timeout) = target_timeout(phase, state, None, None) else { return Ok(()) };
@@ -207,22 +158,23 @@ impl World {
     }
 
     /// The kubelet started a migration target: the copy runs, then the handoff.
-    pub(super) fn migration_target_running(&mut self, uid: &str) -> Result<(), WorldError> {
-        let Some(migration) = self.migrations.get_mut(uid) else { return Ok(()) };
+    pub(crate) fn migration_target_running(&mut self, uid: &str) -> Result<(), WorldError> {
+        let Some(migration) = self.kubevirt.migrations.get_mut(uid) else { return Ok(()) };
         migration.phase = Phase::Running;
         self.schedule_at(self.now() + MIGRATION_COPY, Event::MigrationHandoff { uid: uid.to_owned() })
     }
 
-    /// A target pod bound to its node.
-    pub(super) fn migration_target_bound(&mut self, uid: &str) {
-        if let Some(migration) = self.migrations.get_mut(uid).filter(|m| m.phase == Phase::Scheduling) {
+    /// The scheduler bound a pod: if it is a migration's target, the migration is Scheduled.
+    pub(crate) fn migration_target_bound(&mut self, namespace: &str, pod: &str) {
+        let Some(uid) = migration_of(self.api.store(), namespace, pod) else { return };
+        if let Some(migration) = self.kubevirt.migrations.get_mut(&uid).filter(|m| m.phase == Phase::Scheduling) {
             migration.phase = Phase::Scheduled;
         }
     }
 
     /// The VMI now runs on the target's node; the source pod exits.
-    pub(super) fn migration_handoff(&mut self, uid: &str) -> Result<(), WorldError> {
-        let Some(migration) = self.migrations.get(uid).filter(|m| m.phase == Phase::Running).cloned() else {
+    pub(crate) fn migration_handoff(&mut self, uid: &str) -> Result<(), WorldError> {
+        let Some(migration) = self.kubevirt.migrations.get(uid).filter(|m| m.phase == Phase::Running).cloned() else {
             return Ok(());
         };
         let (namespace, vmi) = (migration.namespace.clone(), migration.vmi.clone());
@@ -232,7 +184,7 @@ impl World {
         };
         if self
             .api
-            .update_vmi(&namespace, &vmi, &self.kubevirt_controller, |v| v.node_name = Some(node.clone()))
+            .update_vmi(&namespace, &vmi, &self.kubevirt.controller, |v| v.node_name = Some(node.clone()))
             .is_err()
         {
             return self.finish_migration(uid, Phase::Failed, "the VMI is gone");
@@ -251,7 +203,7 @@ impl World {
     }
 
     fn finish_migration(&mut self, uid: &str, phase: Phase, message: &str) -> Result<(), WorldError> {
-        let Some(migration) = self.migrations.get_mut(uid) else { return Ok(()) };
+        let Some(migration) = self.kubevirt.migrations.get_mut(uid) else { return Ok(()) };
         migration.phase = phase;
         let (evacuation, source) = (migration.evacuation, migration.source_node.clone());
         let what = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
@@ -259,7 +211,7 @@ impl World {
             self.metrics.count(crate::metrics::MIGRATION_FAILED);
         }
         self.record("migration-controller", &format_args!("Migration {uid}"), what, &[("message", message)])?;
-        if evacuation && let Some(drain) = self.drains.get_mut(&source) {
+        if evacuation && let Some(drain) = self.kubevirt.drains.get_mut(&source) {
             if phase == Phase::Succeeded {
                 drain.failures = 0;
             } else {
@@ -275,18 +227,16 @@ impl World {
         Ok(())
     }
 
-    /// `kubectl drain`: cordon, then evacuate.
-    pub(super) fn drain(&mut self, node: &str) -> Result<(), WorldError> {
-        self.drains.entry(node.to_owned()).or_default();
-        self.cordon(node, true)?;
-        self.evict_replicas(node)?;
-        self.evacuate(node)
+    /// A drain began (`kubectl drain`, which cordons the node first): the evacuation controller evacuates the node
+    /// until no VMI is left on it.
+    pub(crate) fn evacuation_started(&mut self, node: &str) {
+        self.kubevirt.drains.entry(node.to_owned()).or_default();
     }
 
     /// The evacuation controller: a migration for every migratable VMI still on the node; the drain is done when
     /// none is left.
-    pub(super) fn evacuate(&mut self, node: &str) -> Result<(), WorldError> {
-        if !self.drains.contains_key(node) {
+    pub(crate) fn evacuate(&mut self, node: &str) -> Result<(), WorldError> {
+        if !self.kubevirt.drains.contains_key(node) {
             return Ok(());
         }
         let on_node: Vec<(Name, Name, bool)> = self
@@ -297,13 +247,14 @@ impl World {
             .map(|vmi| (vmi.namespace.clone(), vmi.name.clone(), live_migratable(self.api.store(), vmi)))
             .collect();
         if on_node.is_empty() {
-            self.drains.remove(node);
+            self.kubevirt.drains.remove(node);
             return self.record("operator", &format_args!("Node {node}"), "Drained", &[]);
         }
         for (namespace, vmi, migratable) in on_node {
             if migratable {
                 self.migrate(&namespace, &vmi, true)?;
             } else if self
+                .kubevirt
                 .drains
                 .get_mut(node)
                 .expect("checked above")
@@ -320,8 +271,13 @@ impl World {
 
     /// Migrations so far (uid → migration), for tests and reports.
     pub fn migrations(&self) -> &BTreeMap<String, Migration> {
-        &self.migrations
+        &self.kubevirt.migrations
     }
+}
+
+/// The migration a target pod belongs to (its `kubevirt.io/migrationJobUID` label).
+pub(super) fn migration_of(store: &View, namespace: &str, pod: &str) -> Option<String> {
+    store.pod(namespace, pod)?.labels.get(kubevirt::LABEL_MIGRATION_JOB_UID).cloned()
 }
 
 /// KubeVirt's anti-affinity of a target to its VMI's other pods: never on the source's host.

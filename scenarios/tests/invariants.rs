@@ -5,8 +5,8 @@ use gpuclaim_engine::fixtures::{attached, bound, gated_launcher, held_claim, two
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Pod, PodPhase, Time, View};
 use gpuclaim_engine::variant::Variant;
+use gpuclaim_scenarios::check::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 use gpuclaim_sim::apiserver::{ApiServer, Kind};
-use gpuclaim_sim::check::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 use gpuclaim_sim::kernel::Millis;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 

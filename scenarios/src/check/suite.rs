@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::log::EventLog;
 
 use super::run::{CheckedRun, run_checked, run_twice};
-use crate::log::EventLog;
 use crate::scenario::{Scenario, parse_scenario};
 
 /// A scenario file read and parsed.

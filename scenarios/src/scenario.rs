@@ -24,16 +24,16 @@ use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::rules::{Refusal, RenderRefusal, read_values, render_vm};
 use gpuclaim_engine::variant::Variant;
+use gpuclaim_sim::kernel::Millis;
+use gpuclaim_sim::kubevirt::launcher::DEVICE_PLUGINS;
+use gpuclaim_sim::log::EventLog;
+use gpuclaim_sim::world::{
+    DeploymentSpec, Event, Faults, TenantWrite, Timing, VmSpec, Workload as WorldWorkload, World, WorldError,
+};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use serde::Deserialize;
 
 use crate::check::{Expectation, ExpectationSpec, REACTION_TIME_DEFAULT};
-use crate::kernel::Millis;
-use crate::launcher::DEVICE_PLUGINS;
-use crate::log::EventLog;
-use crate::world::{
-    DeploymentSpec, Event, Faults, TenantWrite, Timing, VmSpec, Workload as WorldWorkload, World, WorldError,
-};
 
 /// The most nodes (the cluster's and those events add), workloads and controller replicas a scenario may declare:
 /// bounds, so a typo cannot ask for the impossible.
@@ -283,7 +283,7 @@ pub struct TimedEvent {
 }
 
 /// A tenant's write as a scenario gives it: `write` names it (`RaiseClaimCount`, ...; see
-/// [`crate::world::TenantWrite`]), and the fields it needs among `claim`, `class`, `count` and `vm`.
+/// [`gpuclaim_sim::world::TenantWrite`]), and the fields it needs among `claim`, `class`, `count` and `vm`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantWriteSpec {

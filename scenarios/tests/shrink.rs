@@ -2,10 +2,10 @@
 //! is smaller, still fails the same way, and is the same every time.
 
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::check::run_checked;
-use gpuclaim_sim::check::shrink::{Failure, shrink};
+use gpuclaim_scenarios::check::run_checked;
+use gpuclaim_scenarios::check::shrink::{Failure, shrink};
+use gpuclaim_scenarios::scenario::parse_scenario;
 use gpuclaim_sim::log::EventLog;
-use gpuclaim_sim::scenario::parse_scenario;
 
 const NOISY: &str = r#"
 name: noisy
@@ -35,7 +35,7 @@ expect:
 - {says: the VM runs, by: 2h, vm: tenant-a/db, phase: Running}
 "#;
 
-fn shrunk() -> gpuclaim_sim::check::shrink::Shrunk {
+fn shrunk() -> gpuclaim_scenarios::check::shrink::Shrunk {
     let value: serde_json::Value = serde_yaml_ng::from_str(NOISY).unwrap();
     let two_update = Variant::named("two-update-pin").unwrap();
     let mut steps = 0;

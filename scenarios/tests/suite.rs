@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use gpuclaim_engine::variant::Variant;
-use gpuclaim_sim::check::suite::{self, Loaded, Plan};
-use gpuclaim_sim::check::{CheckedRun, Invariant, run_twice};
-use gpuclaim_sim::scenario::parse_scenario;
+use gpuclaim_scenarios::check::suite::{self, Loaded, Plan};
+use gpuclaim_scenarios::check::{CheckedRun, Invariant, run_twice};
+use gpuclaim_scenarios::scenario::parse_scenario;
 
 fn suite_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/suite")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("suite")
 }
 
 fn load(file: &str) -> Loaded {
@@ -48,7 +48,7 @@ fn failed_labels(run: &CheckedRun) -> Vec<&str> {
     run.judged.iter().filter(|j| !j.passed).map(|j| j.label.as_str()).collect()
 }
 
-fn judged<'r>(run: &'r CheckedRun, says: &str) -> &'r gpuclaim_sim::check::Judged {
+fn judged<'r>(run: &'r CheckedRun, says: &str) -> &'r gpuclaim_scenarios::check::Judged {
     run.judged.iter().find(|j| j.label.contains(says)).unwrap_or_else(|| panic!("no expectation saying {says:?}"))
 }
 
@@ -322,7 +322,7 @@ fn only_an_invariant_expectation_takes_a_rate_and_a_share_of_runs() {
         ("- {invariant: SetSplit, rate: 1.5}", "1.5 is not a share of runs in (0, 1]"),
     ] {
         let text = format!("{base}{line}\n");
-        let error_text = gpuclaim_sim::scenario::parse_scenario(&text).unwrap_err().to_string();
+        let error_text = gpuclaim_scenarios::scenario::parse_scenario(&text).unwrap_err().to_string();
         assert!(error_text.contains(error) && error_text.contains(".rate"), "{error_text}");
     }
 }
