@@ -56,7 +56,7 @@ impl World {
     }
 
     /// Whether the controller's next write meets an injected conflict.
-    pub(super) fn injected_conflict(&mut self) -> bool {
+    pub(crate) fn injected_conflict(&mut self) -> bool {
         self.faults.conflict_rate > 0.0 && {
             let draw = self.streams.of("faults/conflicts").random_range(0..1_000_000u32);
             f64::from(draw) < self.faults.conflict_rate * 1_000_000.0

@@ -7,8 +7,6 @@
 //!
 //! Same-time events run in the order they were scheduled. Every transition is one event-log line.
 
-mod controller;
-mod deployment;
 mod faults;
 mod kubelet;
 mod nodes;
@@ -32,7 +30,7 @@ use crate::rng::Streams;
 use crate::scheduler::Scheduler;
 use crate::users;
 
-pub use deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
+pub use crate::gpu_controller::deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
 pub use faults::{FaultKind, Faults};
 pub use tenants::TenantWrite;
 pub use workloads::Workload;
@@ -174,19 +172,19 @@ pub struct World {
     pub(crate) timing: Timing,
     /// The API server and its store.
     pub api: ApiServer,
-    controller: GpuController,
+    pub(crate) controller: GpuController,
     /// Whether references may be rendered (the `_cluster` switch).
     pub claims_enabled: bool,
     /// KubeVirt's state (its handlers are in [`crate::kubevirt`]).
     pub(crate) kubevirt: KubeVirt,
     /// The GPU controller's Deployment: replicas, the leader.
-    deployment: deployment::Deployment,
+    pub(crate) deployment: Deployment,
     /// Nodes whose kubelet is silent, since when.
     silent_nodes: BTreeMap<String, Millis>,
     /// kube-scheduler's state (its handlers are in [`crate::scheduler`]).
     pub(crate) scheduler: Scheduler,
     /// The earliest ControllerWake scheduled and not yet run.
-    wake_at: Option<Millis>,
+    pub(crate) wake_at: Option<Millis>,
     pub(crate) stats: Stats,
     pub(crate) metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
@@ -219,7 +217,7 @@ impl World {
             kubevirt: KubeVirt::default(),
             scheduler: Scheduler::default(),
             silent_nodes: BTreeMap::new(),
-            deployment: deployment::Deployment::default(),
+            deployment: Deployment::default(),
             wake_at: None,
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::default(),
@@ -227,7 +225,7 @@ impl World {
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
         };
-        world.deploy_controller(deployment::DeploymentSpec::default());
+        world.deploy_controller(DeploymentSpec::default());
         world
     }
 
@@ -302,6 +300,12 @@ impl World {
 
     pub(crate) fn time(&self) -> Time {
         Time::from_millisecond(self.epoch_ms + self.kernel.now().0 as i64).expect("virtual time stays in range")
+    }
+
+    /// The virtual time of `time`, never before now (a time in the past is now).
+    pub(crate) fn virtual_time(&self, time: Time) -> Millis {
+        let since_zero = time.as_millisecond().saturating_sub(self.epoch_ms);
+        Millis(u64::try_from(since_zero).unwrap_or(0)).max(self.now())
     }
 
     pub(crate) fn record(

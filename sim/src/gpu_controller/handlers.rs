@@ -7,16 +7,16 @@ use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::{Change, ObjectKey, Outcome, target};
 use gpuclaim_engine::model::View;
 
+use super::Cluster;
 use crate::apiserver::ApiError;
-use crate::gpu_controller::Cluster;
 use crate::users::User;
 
-use super::{Event, World, WorldError};
 use crate::kernel::Millis;
+use crate::world::{Event, World, WorldError};
 
 impl World {
     /// Watch events reach the controller's cache; work wakes it.
-    pub(super) fn deliver_watch(&mut self) -> Result<(), WorldError> {
+    pub(crate) fn deliver_watch(&mut self) -> Result<(), WorldError> {
         let now = self.now();
         let mut woke = false;
         for change in self.api.watch().deliver(now) {
@@ -29,7 +29,7 @@ impl World {
     }
 
     /// Schedules a wake at `at` unless one is due by then.
-    pub(super) fn wake_controller_at(&mut self, at: Millis) -> Result<(), WorldError> {
+    pub(crate) fn wake_controller_at(&mut self, at: Millis) -> Result<(), WorldError> {
         if self.wake_at.is_some_and(|pending| pending <= at) {
             return Ok(());
         }
@@ -40,7 +40,7 @@ impl World {
     /// The controller's loop runs: passes, confirmations and writes until it has nothing to do now; it runs again
     /// when it asked to, or when the watch wakes its queue. Without a leader nothing reconciles; the queue keeps what
     /// arrives for the next leader's first pass.
-    pub(super) fn controller_wake(&mut self) -> Result<(), WorldError> {
+    pub(crate) fn controller_wake(&mut self) -> Result<(), WorldError> {
         if self.wake_at == Some(self.now()) {
             self.wake_at = None;
         }
@@ -57,8 +57,7 @@ impl World {
         self.stats.controller_passes += after.passes - before.passes;
         self.stats.pins_rechecked += after.pins_rechecked - before.pins_rechecked;
         if let Some(at) = woken? {
-            let at = Millis(u64::try_from(at.as_millisecond() - self.epoch_ms).unwrap_or(0)).max(self.now());
-            self.wake_controller_at(at)?;
+            self.wake_controller_at(self.virtual_time(at))?;
         }
         Ok(())
     }

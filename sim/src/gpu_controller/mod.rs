@@ -1,8 +1,16 @@
-//! The GPU controller as it runs in a cluster, driven in virtual time: its own cache, fed by the API server's watch
-//! after a lag, and the engine's controller runtime (`engine::controller::runtime`, the loop the live adapter
-//! drives too) deciding when to pass, over what, what to confirm and when to retry. This file only drives it: it
-//! hands the runtime watch events and the outcomes of what it asked for, and does what it asks through
-//! [`Cluster`] (the world: the API server as the controller's service account, the event log, the scheduler).
+//! The GPU controller as it runs in a cluster, in one place: one replica's process driven in virtual time (this
+//! file: its own cache, fed by the API server's watch after a lag, and the engine's controller runtime —
+//! `engine::controller::runtime`, the loop the live adapter drives too — deciding when to pass, over what, what to
+//! confirm and when to retry), its Deployment ([`deployment`]: replicas, leader election, evictions), and its
+//! handlers of the world's events (`handlers`: watch deliveries, wakes, and the world as its [`Cluster`]: the API
+//! server as the controller's service account, the event log, the scheduler set going by a pin).
+//!
+//! This file only drives the runtime: it hands it watch events and the outcomes of what it asked for, and does what
+//! it asks through a [`Cluster`]. The handlers are `impl World` blocks, as every actor's are (see
+//! `crate::scheduler`): the process and the Deployment are fields of the world, the handlers extend the world.
+
+pub mod deployment;
+mod handlers;
 
 use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::{

@@ -11,9 +11,9 @@
 //! The chart's PodDisruptionBudget has `maxUnavailable: 1`: a drain evicts a replica only while every other one is
 //! ready, and retries (kubectl drain retries refused evictions every 5 s).
 
-use super::{Event, World, WorldError};
-use crate::gpu_controller::GpuController;
+use super::GpuController;
 use crate::kernel::Millis;
+use crate::world::{Event, World, WorldError};
 
 pub const LEASE_DURATION: Millis = Millis(15_000);
 pub const RETRY_PERIOD: Millis = Millis(2_000);
@@ -93,10 +93,7 @@ impl World {
             // The leader's first pass goes over everything at once (it publishes the classes before any order
             // reads them), as the live controller's first pass after its caches sync.
             self.controller.lead();
-            if self.wake_at.is_none_or(|at| at > self.now()) {
-                self.wake_at = Some(self.now());
-                self.kernel.schedule_at(self.now(), Event::ControllerWake).expect("now is never in the past");
-            }
+            self.wake_controller_at(self.now()).expect("now is never in the past");
         }
         self.api.admission.ready_replicas = self.deployment.ready();
     }
@@ -106,7 +103,7 @@ impl World {
     }
 
     /// Whether a leader reconciles now.
-    pub(super) fn has_leader(&self) -> bool {
+    pub(crate) fn has_leader(&self) -> bool {
         self.deployment.leader.is_some()
     }
 
@@ -121,7 +118,7 @@ impl World {
 
     /// A replica's process dies (crash, or its node lost); the kubelet restarts it unless `restart` is false (its
     /// pod is gone: the Deployment makes a new one elsewhere later).
-    pub(super) fn replica_down(&mut self, index: usize, restart: bool) -> Result<(), WorldError> {
+    pub(crate) fn replica_down(&mut self, index: usize, restart: bool) -> Result<(), WorldError> {
         let Some(replica) = self.deployment.replicas.get(index) else { return Ok(()) };
         if replica.state == ReplicaState::Down {
             return Ok(());
@@ -146,7 +143,7 @@ impl World {
     }
 
     /// The replica's container starts; its caches sync, then it is ready.
-    pub(super) fn replica_start(&mut self, index: usize, node: Option<String>) -> Result<(), WorldError> {
+    pub(crate) fn replica_start(&mut self, index: usize, node: Option<String>) -> Result<(), WorldError> {
         let now = self.now();
         let Some(replica) = self.deployment.replicas.get_mut(index) else { return Ok(()) };
         if replica.state != ReplicaState::Down {
@@ -163,7 +160,7 @@ impl World {
         self.schedule_at(at, Event::ReplicaSynced { index })
     }
 
-    pub(super) fn replica_synced(&mut self, index: usize) -> Result<(), WorldError> {
+    pub(crate) fn replica_synced(&mut self, index: usize) -> Result<(), WorldError> {
         let Some(replica) = self.deployment.replicas.get_mut(index) else { return Ok(()) };
         if replica.state != ReplicaState::Starting {
             return Ok(());
@@ -199,7 +196,7 @@ impl World {
     }
 
     /// A standby's retry tick: it takes the expired lease, lists the store afresh and resyncs.
-    pub(super) fn lease_acquire(&mut self, index: usize) -> Result<(), WorldError> {
+    pub(crate) fn lease_acquire(&mut self, index: usize) -> Result<(), WorldError> {
         let expired = self.now() >= self.deployment.lease_renewed + LEASE_DURATION;
         let ready = self.deployment.replicas.get(index).is_some_and(|r| r.state == ReplicaState::Ready);
         if self.deployment.leader.is_some() || !expired || !ready {
@@ -221,7 +218,7 @@ impl World {
     }
 
     /// kubectl drain's eviction of the controller replicas on `node`, within the PodDisruptionBudget.
-    pub(super) fn evict_replicas(&mut self, node: &str) -> Result<(), WorldError> {
+    pub(crate) fn evict_replicas(&mut self, node: &str) -> Result<(), WorldError> {
         let on_node: Vec<usize> = (0..self.deployment.replicas.len())
             .filter(|i| {
                 self.deployment.replicas[*i].node == node && self.deployment.replicas[*i].state != ReplicaState::Down
@@ -249,7 +246,7 @@ impl World {
     }
 
     /// Replicas on a lost node die with it; the Deployment replaces them once their pods are evicted.
-    pub(super) fn replicas_lost_with(&mut self, node: &str) -> Result<(), WorldError> {
+    pub(crate) fn replicas_lost_with(&mut self, node: &str) -> Result<(), WorldError> {
         let on_node: Vec<usize> =
             (0..self.deployment.replicas.len()).filter(|i| self.deployment.replicas[*i].node == node).collect();
         for index in on_node {
@@ -259,7 +256,7 @@ impl World {
     }
 
     /// The taint manager evicted the lost node's pods: the Deployment's replacements start elsewhere.
-    pub(super) fn replace_replicas_from(&mut self, node: &str) -> Result<(), WorldError> {
+    pub(crate) fn replace_replicas_from(&mut self, node: &str) -> Result<(), WorldError> {
         let on_node: Vec<usize> = (0..self.deployment.replicas.len())
             .filter(|i| {
                 self.deployment.replicas[*i].node == node && self.deployment.replicas[*i].state == ReplicaState::Down
