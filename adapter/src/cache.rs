@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
-use gpuclaim_engine::controller::runtime::{self, Change, Kind, Object, Quota, WorkQueue};
+use gpuclaim_engine::controller::runtime::{self, Change, Kind, Object, Quota, Watches, WorkQueue};
 use gpuclaim_engine::convert::{self, ConvertError};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::View;
@@ -97,7 +97,8 @@ impl Caches {
     pub fn new(view: SharedView) -> Arc<Caches> {
         Arc::new(Caches {
             view,
-            queue: parking_lot::Mutex::new(WorkQueue::default()),
+            // One kube-runtime watcher per kind.
+            queue: parking_lot::Mutex::new(WorkQueue::new(Watches::PerKind)),
             wake: Notify::new(),
             synced: watch::Sender::new(BTreeSet::new()),
         })

@@ -161,7 +161,7 @@ impl Reconciler {
                         }
                     };
                     let mut view = self.caches.view.write()?;
-                    self.runtime.wrote(&mut view, &mut self.caches.queue.lock(), outcome, Time::now());
+                    self.runtime.wrote(&mut view, &mut self.caches.queue.lock(), &action, outcome, Time::now());
                 }
             }
         }

@@ -92,7 +92,7 @@ impl World {
             self.deployment.elections = 1;
             // The leader's first pass goes over everything at once (it publishes the classes before any order
             // reads them), as the live controller's first pass after its caches sync.
-            self.controller.lead();
+            self.controller_mut().lead();
             self.wake_controller_at(self.now()).expect("now is never in the past");
         }
         self.api.admission.ready_replicas = self.deployment.ready();
@@ -208,11 +208,12 @@ impl World {
         self.deployment.elections += 1;
         let name = self.deployment.replicas[index].name.clone();
         self.record("gpu-controller", &"Lease cozy-gpuclaim/gpuclaim", "Acquired", &[("holder", &name)])?;
-        let (user, variant) = (self.controller.user.clone(), self.controller.variant());
+        let (user, variant) = (self.controller().user.clone(), self.controller().variant());
         // The new leader runs the same engine: a counterfactual must not turn back into the shipped rules at the
         // first failover.
-        self.controller = GpuController::new(self.api.store().clone(), user, variant);
-        self.controller.lead();
+        let mut controller = GpuController::new(self.api.store().clone(), user, variant);
+        controller.lead();
+        self.controller = Some(Box::new(controller));
         let now = self.now();
         self.wake_controller_at(now)
     }

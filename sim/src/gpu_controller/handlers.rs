@@ -7,7 +7,7 @@ use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::{Change, ObjectKey, Outcome, target};
 use gpuclaim_engine::model::View;
 
-use super::Cluster;
+use super::{Cluster, GpuController};
 use crate::apiserver::ApiError;
 use crate::users::User;
 
@@ -19,8 +19,9 @@ impl World {
     pub(crate) fn deliver_watch(&mut self) -> Result<(), WorldError> {
         let now = self.now();
         let mut woke = false;
+        let controller = self.controller.as_deref_mut().expect("the controller is in the world between its wakes");
         for change in self.api.watch().deliver(now) {
-            woke |= self.controller.observe(change);
+            woke |= controller.observe(change);
         }
         if woke {
             self.wake_controller_at(now)?;
@@ -28,12 +29,22 @@ impl World {
         Ok(())
     }
 
+    /// The GPU controller's process (not while it runs: then it holds the world).
+    pub(crate) fn controller(&self) -> &GpuController {
+        self.controller.as_deref().expect("the controller is in the world between its wakes")
+    }
+
+    pub(crate) fn controller_mut(&mut self) -> &mut GpuController {
+        self.controller.as_deref_mut().expect("the controller is in the world between its wakes")
+    }
+
     /// Schedules a wake at `at` unless one is due by then.
     pub(crate) fn wake_controller_at(&mut self, at: Millis) -> Result<(), WorldError> {
-        if self.wake_at.is_some_and(|pending| pending <= at) {
+        // A wake due by then runs the loop, which asks again for what it still needs.
+        if self.wakes.first().is_some_and(|pending| *pending <= at) {
             return Ok(());
         }
-        self.wake_at = Some(at);
+        self.wakes.insert(at);
         self.schedule_at(at, Event::ControllerWake)
     }
 
@@ -41,19 +52,17 @@ impl World {
     /// when it asked to, or when the watch wakes its queue. Without a leader nothing reconciles; the queue keeps what
     /// arrives for the next leader's first pass.
     pub(crate) fn controller_wake(&mut self) -> Result<(), WorldError> {
-        if self.wake_at == Some(self.now()) {
-            self.wake_at = None;
-        }
+        self.wakes.remove(&self.now());
         if !self.has_leader() {
             return Ok(());
         }
         let now = self.time();
-        let before = self.controller.stats();
         // The controller is taken out of the world while it runs, so that the world can be its cluster.
-        let mut controller = std::mem::take(&mut self.controller);
+        let mut controller = self.controller.take().expect("the controller runs one wake at a time");
+        let before = controller.stats();
         let woken = controller.wake(now, self);
-        self.controller = controller;
-        let after = self.controller.stats();
+        let after = controller.stats();
+        self.controller = Some(controller);
         self.stats.controller_passes += after.passes - before.passes;
         self.stats.pins_rechecked += after.pins_rechecked - before.pins_rechecked;
         if let Some(at) = woken? {

@@ -14,7 +14,7 @@ mod handlers;
 
 use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::{
-    self, Change, ObjectKey, Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime, WorkQueue,
+    self, Change, ObjectKey, Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime, Watches, WorkQueue,
 };
 use gpuclaim_engine::model::{Time, View};
 use gpuclaim_engine::variant::Variant;
@@ -45,27 +45,14 @@ pub struct GpuController {
     pub user: User,
 }
 
-/// An empty process (no cache, not leading): what the world holds in the controller's place while the controller
-/// runs with the world as its cluster.
-impl Default for GpuController {
-    fn default() -> Self {
-        let user = User { username: String::new(), groups: Vec::new() };
-        GpuController {
-            cache: View::default(),
-            queue: WorkQueue::default(),
-            runtime: Runtime::new(Variant::SHIPPED),
-            user,
-        }
-    }
-}
-
 impl GpuController {
     /// A process whose cache starts as `synced` (the initial list), acting as `user`, running `variant`; it
     /// reconciles once it leads ([`GpuController::lead`]).
     pub fn new(mut synced: View, user: User, variant: Variant) -> Self {
         // A copy of the API server's store keeps objects only: the controller places, so its cache indexes them.
         synced.keep_placement(true);
-        GpuController { cache: synced, queue: WorkQueue::default(), runtime: Runtime::new(variant), user }
+        // The API server's watch is one stream of every kind, in revision order.
+        GpuController { cache: synced, queue: WorkQueue::new(Watches::One), runtime: Runtime::new(variant), user }
     }
 
     pub fn cache(&self) -> &View {
@@ -118,7 +105,7 @@ impl GpuController {
                 }
                 Poll::Write(action) => {
                     let outcome = cluster.write(&action, &self.user)?;
-                    self.runtime.wrote(&mut self.cache, &mut self.queue, outcome, now);
+                    self.runtime.wrote(&mut self.cache, &mut self.queue, &action, outcome, now);
                 }
             }
         }

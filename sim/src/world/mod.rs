@@ -172,7 +172,9 @@ pub struct World {
     pub(crate) timing: Timing,
     /// The API server and its store.
     pub api: ApiServer,
-    pub(crate) controller: GpuController,
+    /// The GPU controller's process, boxed so that it can be taken out while it runs with the world as its cluster
+    /// (moving a pointer, not the process's 1.7 KB and an empty one in its place, at every wake).
+    pub(crate) controller: Option<Box<GpuController>>,
     /// Whether references may be rendered (the `_cluster` switch).
     pub claims_enabled: bool,
     /// KubeVirt's state (its handlers are in [`crate::kubevirt`]).
@@ -183,8 +185,8 @@ pub struct World {
     silent_nodes: BTreeMap<String, Millis>,
     /// kube-scheduler's state (its handlers are in [`crate::scheduler`]).
     pub(crate) scheduler: Scheduler,
-    /// The earliest ControllerWake scheduled and not yet run.
-    pub(crate) wake_at: Option<Millis>,
+    /// The GPU controller's wakes scheduled and not yet run (one event per time).
+    pub(crate) wakes: std::collections::BTreeSet<Millis>,
     pub(crate) stats: Stats,
     pub(crate) metrics: crate::metrics::Metrics,
     workloads: Vec<Workload>,
@@ -212,13 +214,13 @@ impl World {
             log,
             timing,
             api,
-            controller: GpuController::new(store, user, Variant::SHIPPED),
+            controller: Some(Box::new(GpuController::new(store, user, Variant::SHIPPED))),
             claims_enabled: true,
             kubevirt: KubeVirt::default(),
             scheduler: Scheduler::default(),
             silent_nodes: BTreeMap::new(),
             deployment: Deployment::default(),
-            wake_at: None,
+            wakes: std::collections::BTreeSet::new(),
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::default(),
             workloads: Vec::new(),
@@ -236,7 +238,7 @@ impl World {
 
     /// The GPU controller's cache: the cluster as the controller last saw it.
     pub fn controller_cache(&self) -> &View {
-        self.controller.cache()
+        self.controller().cache()
     }
 
     pub fn now(&self) -> Millis {
@@ -386,12 +388,12 @@ impl World {
     /// Runs the engine's rules of `variant` in the webhooks and the GPU controller (a counterfactual, DESIGN.md §4).
     pub fn set_variant(&mut self, variant: Variant) {
         self.api.admission.variant = variant;
-        self.controller.set_variant(variant);
+        self.controller_mut().set_variant(variant);
     }
 
     /// The engine's rules this world runs.
     pub fn variant(&self) -> Variant {
-        self.controller.variant()
+        self.controller().variant()
     }
 
     /// Statistics of the run so far.

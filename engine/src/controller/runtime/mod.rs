@@ -13,7 +13,7 @@
 //!     Poll::Idle { wake_at }  → sleep until wake_at (or until a watch event wakes the queue)
 //!     Poll::Confirm(nodes)    → for each node: runtime.read_live(cache, queue, node, GET node + LIST its pods)
 //!     Poll::Refresh(object)   → runtime.refreshed(cache, queue, GET object (a 404: a deletion))
-//!     Poll::Write(action)     → runtime.wrote(cache, queue, write(action), now)
+//!     Poll::Write(action)     → runtime.wrote(cache, queue, &action, write(&action), now)
 //! }
 //! ```
 //!
@@ -46,7 +46,7 @@ pub use observe::{
     Change, Kind, Namespace, Object, ObjectKey, Quota, Touched, newer, observe, pod_change_wakes, pod_deletion_wakes,
     revision, run_key_visits, vmi_key_needed,
 };
-pub use queue::WorkQueue;
+pub use queue::{Watches, WorkQueue};
 
 use super::{Action, Changes, EventKind, PinConfirmation, Waiting, reconcile_remembering};
 use crate::model::{Time, View};
@@ -84,7 +84,7 @@ pub enum Poll {
     Confirm(BTreeSet<String>),
     /// Read this object live (a write found it stale) and hand it to [`Runtime::refreshed`].
     Refresh(ObjectKey),
-    /// Write this action and hand its outcome to [`Runtime::wrote`].
+    /// Write this action and hand it back with its outcome to [`Runtime::wrote`].
     Write(Action),
 }
 
@@ -150,8 +150,8 @@ struct InFlight {
     moved: usize,
     /// A round of reads was handed out.
     round_out: bool,
-    /// The object of the write handed out, awaiting its outcome.
-    writing: Option<ObjectKey>,
+    /// A write was handed out and its outcome is awaited.
+    writing: bool,
 }
 
 impl Runtime {
@@ -228,7 +228,7 @@ impl Runtime {
     /// The pass in flight's next step: a round of pins to confirm, or a write; `None` once it has nothing left.
     fn step(&mut self, cache: &View, queue: &mut WorkQueue, now: Time) -> Option<Poll> {
         let pass = self.pass.as_mut().expect("a pass is in flight");
-        debug_assert!(pass.writing.is_none(), "a write's outcome comes before the next poll");
+        debug_assert!(!pass.writing, "a write's outcome comes before the next poll");
         if pass.confirming && pass.round_out {
             if pass.moved == 0 {
                 pass.confirming = false;
@@ -258,7 +258,7 @@ impl Runtime {
             }
         }
         let action = pass.actions.pop_front()?;
-        pass.writing = Some(target(&action));
+        pass.writing = true;
         Some(Poll::Write(action))
     }
 
@@ -276,7 +276,7 @@ impl Runtime {
             self.refused(cache, ObjectKey::new(Kind::Node, "", node), now);
             return false;
         };
-        if self.pass.is_none() {
+        if self.pass.is_none() || live.is_empty() {
             return false;
         }
         // Newer objects that leave the node as placement sees it (a pod gone Running) change no decision.
@@ -298,16 +298,18 @@ impl Runtime {
         }
     }
 
-    /// The outcome of the write [`Poll::Write`] handed out.
-    pub fn wrote(&mut self, cache: &mut View, queue: &mut WorkQueue, outcome: Outcome, now: Time) {
-        let Some(object) = self.pass.as_mut().and_then(|pass| pass.writing.take()) else {
+    /// The outcome of writing `action`, which [`Poll::Write`] handed out.
+    pub fn wrote(&mut self, cache: &mut View, queue: &mut WorkQueue, action: &Action, outcome: Outcome, now: Time) {
+        let Some(pass) = self.pass.as_mut().filter(|pass| pass.writing) else {
             debug_assert!(false, "an outcome answers a write handed out");
             return;
         };
+        pass.writing = false;
         match outcome {
             Outcome::Written(changes) => {
+                // Naming the object costs a copy of its names per write: only worth it when something backs off.
                 if self.retries.backing_off() {
-                    self.retries.forget(&object);
+                    self.retries.forget(&target(action));
                 }
                 // Written through: the next pass sees its own writes at once; the watch's echo of them is older
                 // than the cache by then and changes nothing.
@@ -321,10 +323,11 @@ impl Runtime {
                 }
             }
             Outcome::Stale => {
+                let object = target(action);
                 self.refresh = Some(object.clone());
                 self.refused(cache, object, now);
             }
-            Outcome::Failed => self.refused(cache, object, now),
+            Outcome::Failed => self.refused(cache, target(action), now),
             Outcome::NotSent => {
                 self.start_over();
                 self.schedule(now, NOT_LEADING_RETRY);
@@ -371,7 +374,7 @@ impl Runtime {
             confirming: !self.variant.unconfirmed_pins,
             moved: 0,
             round_out: false,
-            writing: None,
+            writing: false,
         });
     }
 

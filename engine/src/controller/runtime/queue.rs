@@ -1,39 +1,77 @@
 //! The controller's work queue: the keys watch events brought since the last pass, through the event filter, and
 //! what the controller's own deletions must not let the watch bring back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::model::View;
 
 use super::super::Changes;
-use super::observe::{Change, ObjectKey, Touched, observe};
+use super::observe::{Change, Kind, ObjectKey, Touched, observe};
+
+/// How the watch events reach the controller: what a watch event's revision says about the rest of the stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Watches {
+    /// One stream of every kind, in revision order (the twin's API server): an event at revision r says that
+    /// nothing older is still coming, of any kind.
+    #[default]
+    One,
+    /// A stream per kind (kube-runtime's watchers, one per resource): an event says so of its own kind only.
+    PerKind,
+}
 
 /// What watch events queued since the last pass.
 #[derive(Debug, Default)]
 pub struct WorkQueue {
+    watches: Watches,
     keys: Changes,
     /// Something a pass acts on arrived since the last pass.
     woken: bool,
     /// Objects the controller's own writes deleted, at the deletion's revision: the watch still brings their older
-    /// states (a deletion's own event may come last), and those must not bring them back. Dropped once the watch of
-    /// that kind has passed the revision (each kind's watch delivers in revision order).
+    /// states (a deletion's own event may come last), and those must not bring them back.
     tombstones: BTreeMap<ObjectKey, u64>,
+    /// The same, in the order they were dug (revisions only grow), per stream (`None`: the one stream): a tombstone
+    /// is dropped once its stream has passed its revision, from the front, so keeping them costs nothing per event.
+    dug: BTreeMap<Option<Kind>, VecDeque<(u64, ObjectKey)>>,
 }
 
 impl WorkQueue {
+    /// The queue of a controller whose watch events come as `watches` says.
+    pub fn new(watches: Watches) -> Self {
+        WorkQueue { watches, ..WorkQueue::default() }
+    }
+
     /// A watch event: into the cache, its keys onto the queue. Returns whether it woke the queue (a pass has work).
     pub fn observe(&mut self, cache: &mut View, change: Change) -> bool {
         if !self.tombstones.is_empty() {
             if self.buried(&change) {
                 return false;
             }
-            let (kind, revision) = (change.key().kind, change.revision());
-            self.tombstones.retain(|buried, deleted| buried.kind != kind || *deleted > revision);
+            self.passed(change.key().kind, change.revision());
         }
         let Some(touched) = observe(cache, change) else { return false };
         let woke = queue(&mut self.keys, touched);
         self.woken |= woke;
         woke
+    }
+
+    /// The stream that carries `kind` has delivered everything up to `revision`: older tombstones go.
+    fn passed(&mut self, kind: Kind, revision: u64) {
+        let Some(dug) = self.dug.get_mut(&self.stream_of(kind)) else { return };
+        while let Some((deleted, _)) = dug.front()
+            && *deleted <= revision
+        {
+            let (deleted, key) = dug.pop_front().expect("looked at above");
+            if self.tombstones.get(&key) == Some(&deleted) {
+                self.tombstones.remove(&key);
+            }
+        }
+    }
+
+    fn stream_of(&self, kind: Kind) -> Option<Kind> {
+        match self.watches {
+            Watches::One => None,
+            Watches::PerKind => Some(kind),
+        }
     }
 
     /// Whether the controller deleted the object of `change` at its revision or later: an older state, not taken.
@@ -55,6 +93,8 @@ impl WorkQueue {
 
     /// The controller deleted `key` at `revision`: older states the watch still brings are not taken.
     pub(super) fn bury(&mut self, key: ObjectKey, revision: u64) {
+        let stream = self.stream_of(key.kind);
+        self.dug.entry(stream).or_default().push_back((revision, key.clone()));
         self.tombstones.insert(key, revision);
     }
 }

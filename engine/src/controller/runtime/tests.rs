@@ -245,7 +245,7 @@ impl Process {
                 Poll::Write(action) => {
                     self.asked.push(format!("write {}", target(&action)));
                     let outcome = cluster.write(&action, now);
-                    self.runtime.wrote(&mut self.cache, &mut self.queue, outcome, now);
+                    self.runtime.wrote(&mut self.cache, &mut self.queue, &action, outcome, now);
                 }
             }
         }
