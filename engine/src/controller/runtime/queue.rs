@@ -80,6 +80,12 @@ impl WorkQueue {
             && self.tombstones.get(&change.key()).is_some_and(|deleted| change.revision() <= *deleted)
     }
 
+    /// How many tombstones are kept (for tests).
+    #[cfg(test)]
+    pub(super) fn tombstones_kept(&self) -> usize {
+        self.tombstones.len()
+    }
+
     /// Whether a pass has work.
     pub fn is_woken(&self) -> bool {
         self.woken

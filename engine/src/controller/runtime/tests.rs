@@ -422,3 +422,40 @@ fn a_write_not_sent_drops_the_pass_and_tries_again_in_full() {
     process.run(&mut cluster, after(ms(0), NOT_LEADING_RETRY));
     assert!(cluster.store.gated_pods().next().is_none());
 }
+
+#[test]
+fn a_deletion_of_the_controllers_own_keeps_older_states_out_until_its_stream_has_passed_it() {
+    let claim = |name: &str, revision: &str| {
+        let mut claim = held_claim("tenant-a", name, "h100", 1);
+        claim.resource_version = revision.into();
+        Change::Upsert(Object::Claim(claim))
+    };
+    let deleted = |name: &str, revision: &str| Change::Delete {
+        kind: Kind::Claim,
+        namespace: "tenant-a".into(),
+        name: name.into(),
+        revision: revision.into(),
+    };
+    let node_at = |revision: &str| {
+        let mut node = fixtures::gpu_node("gpu-9", H100, 8);
+        node.resource_version = revision.into();
+        Change::Upsert(Object::Node(node))
+    };
+    for watches in [Watches::One, Watches::PerKind] {
+        let mut cache = world();
+        let mut queue = WorkQueue::new(watches);
+        queue.bury(ObjectKey::new(Kind::Claim, "tenant-a", "c"), 10);
+        assert!(!queue.observe(&mut cache, claim("c", "9")), "{watches:?}: an older state stays out");
+        assert!(cache.claim("tenant-a", "c").is_none());
+        // A node's event at a later revision: the one stream has passed the deletion, a claim stream has not.
+        queue.observe(&mut cache, node_at("11"));
+        let kept = usize::from(watches == Watches::PerKind);
+        assert_eq!(queue.tombstones_kept(), kept, "{watches:?}");
+        // The claims' own stream passing it drops it either way, and keeping them costs nothing per event.
+        queue.observe(&mut cache, claim("d", "12"));
+        assert_eq!(queue.tombstones_kept(), 0, "{watches:?}");
+        assert!(queue.observe(&mut cache, claim("c", "13")), "{watches:?}: a new claim of the name is taken");
+        queue.observe(&mut cache, deleted("c", "14"));
+        assert!(cache.claim("tenant-a", "c").is_none());
+    }
+}
