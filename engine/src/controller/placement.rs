@@ -10,7 +10,7 @@ use super::reasons::Wait;
 use super::waiting::Judged;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
 use crate::keys;
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Pod, Time, View, VmiRef};
+use crate::model::{Claim, ClaimPhase, Class, Name, Pod, Time, View, VmiRef, check_entitlement};
 use crate::references::parse_attachments;
 use crate::scheduling::{matches_node_selector, matches_required_terms, pin_terms, untolerated_taint};
 
@@ -349,12 +349,10 @@ impl<'v> Pass<'v> {
         namespace: &str,
         need: impl Iterator<Item = (&'c Class, u64)>,
     ) -> Result<(), Wait> {
-        let entitled = self.view.tenant(namespace).is_some_and(|t| t.vgpu_entitled);
+        let tenant = self.view.tenant(namespace);
         for (class, units) in need {
-            self.check_budget(namespace, &class.name, units, 0)?;
-            if class.mode == GpuMode::Vgpu && !entitled {
-                return Err(Wait::NotEntitled { class: class.name.clone() });
-            }
+            self.within_budget(namespace, &class.name, units, 0)?;
+            check_entitlement(tenant, class).map_err(Wait::NotEntitled)?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::model::Reason;
+use crate::model::{self, Reason};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -38,14 +38,13 @@ pub enum Wait {
         first: String,
         second: String,
     },
+    /// The budget counts the units bound; the message leaves them out (other waiters move them).
     BudgetExceeded {
         class: String,
         units: u64,
         budget: u64,
     },
-    NotEntitled {
-        class: String,
-    },
+    NotEntitled(model::NotEntitled),
     /// More units of one class than any node has: no amount of waiting helps.
     NeverFits {
         class: String,
@@ -83,7 +82,7 @@ impl fmt::Display for Wait {
             BudgetExceeded { class, units, budget } => {
                 write!(f, "{units} more units of GPU class {class:?} would exceed the namespace's budget of {budget}")
             }
-            NotEntitled { class } => write!(f, "GPU class {class:?} is a vGPU class and the namespace is not entitled"),
+            Self::NotEntitled(refused) => refused.fmt(f),
             NeverFits { class, units, largest } => {
                 write!(f, "{units} units of GPU class {class:?} can never fit: no node has more than {largest}")
             }
@@ -106,8 +105,8 @@ impl Wait {
             ClaimInUse { .. } => "ClaimInUse",
             PreviousRunReleasing { .. } => "PreviousRunReleasing",
             HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
-            BudgetExceeded { .. } => "BudgetExceeded",
-            NotEntitled { .. } => "NotEntitled",
+            BudgetExceeded { .. } => model::BudgetExceeded::REASON,
+            Self::NotEntitled(_) => model::NotEntitled::REASON,
             NeverFits { .. } => "NeverFits",
             NoCapacity { .. } => "NoCapacity",
             NodeUnfit { .. } => "NodeUnfit",
@@ -116,5 +115,13 @@ impl Wait {
 
     pub fn to_reason(&self) -> Reason {
         Reason { reason: self.reason().to_owned(), message: self.to_string() }
+    }
+}
+
+impl From<model::BudgetExceeded> for Wait {
+    /// Without the units counted: the bound units move with other waiters, and a waiter refused again for the same
+    /// budget waits for the same reason (see `controller::waiting`).
+    fn from(refused: model::BudgetExceeded) -> Self {
+        Wait::BudgetExceeded { class: refused.class, units: refused.units, budget: refused.budget }
     }
 }

@@ -104,6 +104,11 @@ fn a_held_claim_waits_with_its_reason() {
     settle(&mut view, at(6));
     assert_eq!(reason_of(&view, "tenant-a", "ghost"), "ClassMissing");
     assert_eq!(reason_of(&view, "tenant-a", "vgpu"), "NotEntitled");
+    assert_eq!(
+        view.claim("tenant-a", "vgpu").unwrap().pending.as_ref().unwrap().message,
+        r#"GPU class "a10" is a vGPU class and this namespace is not entitled to vGPUs (label gpu.cozystack.io/vgpu-entitled)"#,
+        "the order webhook's words"
+    );
     assert_eq!(reason_of(&view, "tenant-a", "nine"), "NeverFits");
     assert_eq!(view.claim("tenant-b", "five").unwrap().node.as_deref(), Some("gpu-1"));
     assert_eq!(reason_of(&view, "tenant-b", "six"), "NoCapacity");

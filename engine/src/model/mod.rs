@@ -19,7 +19,7 @@ pub use capacity::{Capacity, NodeLoad};
 pub use history::Change;
 pub use name::Name;
 pub use objects::*;
-pub use tenant::Tenant;
+pub use tenant::{BudgetExceeded, NotEntitled, Tenant, check_budget, check_entitlement};
 
 use crate::keys;
 use crate::rules::pod_role;

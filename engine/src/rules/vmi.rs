@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::keys;
-use crate::model::{GpuDevice, View, Vmi};
+use crate::model::{BudgetExceeded, GpuDevice, View, Vmi, check_budget};
 use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
 
 use crate::variant::Variant;
@@ -95,13 +95,9 @@ pub enum VmiRefusal {
         count: u64,
         largest_free_on_node: u64,
     },
-    /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left.
-    BudgetShort {
-        class: String,
-        count: u64,
-        bound: u64,
-        budget: u64,
-    },
+    /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left
+    /// (the budget counts the units bound).
+    BudgetShort(BudgetExceeded),
 }
 
 impl fmt::Display for VmiRefusal {
@@ -138,10 +134,10 @@ impl fmt::Display for VmiRefusal {
                 "the VMI needs {count} units of GPU class {class:?} on one node; at most {largest_free_on_node} are \
                  free on any node"
             ),
-            BudgetShort { class, count, bound, budget } => write!(
+            BudgetShort(refused) => write!(
                 f,
-                "the VMI orders {count} units of GPU class {class:?}; the namespace holds {bound} of its budget of \
-                 {budget}"
+                "the VMI orders {} units of GPU class {:?}; the namespace holds {} of its budget of {}",
+                refused.units, refused.class, refused.counted, refused.budget
             ),
         }
     }
@@ -235,12 +231,7 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
         if count > largest_free_on_node {
             return Err(VmiRefusal::CapacityShort { class: class_name.to_owned(), count, largest_free_on_node });
         }
-        if let Some(budget) = tenant.and_then(|t| t.budget(class_name)) {
-            let bound = tenant.map_or(0, |t| t.units_bound(class_name));
-            if bound + count > budget {
-                return Err(VmiRefusal::BudgetShort { class: class_name.to_owned(), count, bound, budget });
-            }
-        }
+        check_budget(tenant, class_name, count, |t| t.units_bound(class_name)).map_err(VmiRefusal::BudgetShort)?;
     }
     Ok(())
 }
@@ -416,7 +407,8 @@ mod tests {
         );
         let six = vmi(r#"[{"claimTemplate":{"class":"h100","count":6}}]"#);
         let refusal = admit_vmi_with(&platform(), &six, &refusing).unwrap_err();
-        assert_eq!(refusal, VmiRefusal::BudgetShort { class: "h100".into(), count: 6, bound: 3, budget: 8 });
+        let refused = BudgetExceeded { class: "h100".into(), units: 6, counted: 3, budget: 8 };
+        assert_eq!(refusal, VmiRefusal::BudgetShort(refused));
         assert_eq!(
             refusal.to_string(),
             "the VMI orders 6 units of GPU class \"h100\"; the namespace holds 3 of its budget of 8"
