@@ -234,7 +234,7 @@ impl<'v> Pass<'v> {
     /// Resolves the pod's attachments into its set, refusing what can never be placed as it stands.
     fn members(&self, pod: &Pod, vmi: &VmiRef) -> Result<Vec<Member<'v>>, Wait> {
         let view: &'v View = self.view;
-        let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(Wait::NoClaims)?;
+        let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(Wait::MissingAttachments)?;
         let attachments = parse_attachments(json).map_err(|e| Wait::MalformedAttachments { detail: e.to_string() })?;
         if attachments.is_empty() {
             return Err(Wait::NoClaims);

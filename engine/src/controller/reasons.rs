@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use crate::keys;
 use crate::model::{self, Reason};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +14,10 @@ pub enum Wait {
     VmiMissing {
         vmi: String,
     },
+    /// A claims pod without the attachments annotation (its VMI never passed the VMI webhook): the pod webhook's
+    /// word.
+    MissingAttachments,
+    /// The attachments annotation lists nothing.
     NoClaims,
     MalformedAttachments {
         detail: String,
@@ -67,6 +72,12 @@ impl fmt::Display for Wait {
         use Wait::*;
         match self {
             VmiMissing { vmi } => write!(f, "VMI {vmi:?} of this pod is gone"),
+            MissingAttachments => write!(
+                f,
+                "the pod carries label {} but no annotation {}: its VMI was not admitted by the GPU claims webhook",
+                keys::LABEL_CLAIMS,
+                keys::ANNOTATION_ATTACHMENTS
+            ),
             NoClaims => write!(f, "the pod lists no GPU claims"),
             MalformedAttachments { detail } => write!(f, "the attachments annotation cannot be read: {detail}"),
             ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
@@ -97,6 +108,7 @@ impl Wait {
         use Wait::*;
         match self {
             VmiMissing { .. } => "VMIMissing",
+            MissingAttachments => "MissingAttachments",
             NoClaims => "NoClaims",
             MalformedAttachments { .. } => "MalformedAttachments",
             ClassMissing { .. } => "ClassMissing",

@@ -394,6 +394,20 @@ fn a_pod_whose_run_is_gone_says_so() {
 }
 
 #[test]
+fn a_pod_without_attachments_waits_with_the_pod_webhooks_word() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let mut pod = gated_launcher("tenant-a", "vm-1", "[]", H100, 1, at(1));
+    view.upsert_pod(pod.clone());
+    settle(&mut view, at(2));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "NoClaims");
+    std::sync::Arc::make_mut(&mut pod.annotations).remove(crate::keys::ANNOTATION_ATTACHMENTS);
+    view.upsert_pod(pod);
+    settle(&mut view, at(3));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "MissingAttachments");
+}
+
+#[test]
 fn the_volume_binder_and_the_launcher_of_one_run_share_one_set() {
     let mut view = world();
     view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));

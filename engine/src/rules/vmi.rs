@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::keys;
-use crate::model::{BudgetExceeded, GpuDevice, View, Vmi, check_budget};
+use crate::model::{self, BudgetExceeded, GpuDevice, View, Vmi, check_budget};
 use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
 
 use crate::variant::Variant;
@@ -51,7 +51,7 @@ pub enum VmiRefusal {
     NoReferences,
     /// Raw GPUs and claim references on one VMI.
     MixedList,
-    UnknownClaim {
+    ClaimMissing {
         claim: String,
     },
     DuplicateClaim {
@@ -68,7 +68,7 @@ pub enum VmiRefusal {
         claim: String,
         vmi: String,
     },
-    UnknownClass {
+    ClassMissing {
         class: String,
     },
     HeldClaimsOnDifferentNodes {
@@ -90,14 +90,14 @@ pub enum VmiRefusal {
     },
     /// Variant `refuse_short_at_admission` only: the units do not fit the class's published free units on one node
     /// (or a held claim is not bound to a node).
-    CapacityShort {
+    NoCapacity {
         class: String,
         count: u64,
         largest_free_on_node: u64,
     },
     /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left
     /// (the budget counts the units bound).
-    BudgetShort(BudgetExceeded),
+    BudgetExceeded(BudgetExceeded),
 }
 
 impl fmt::Display for VmiRefusal {
@@ -109,14 +109,14 @@ impl fmt::Display for VmiRefusal {
             }
             NoReferences => write!(f, "annotation {} lists no claim references", keys::ANNOTATION_CLAIMS),
             MixedList => write!(f, "the VMI lists raw GPUs and claim references together; use one or the other"),
-            UnknownClaim { claim } => write!(f, "GPU claim {claim:?} does not exist in this namespace"),
+            ClaimMissing { claim } => write!(f, "GPU claim {claim:?} does not exist in this namespace"),
             DuplicateClaim { claim } => write!(f, "GPU claim {claim:?} is referenced more than once"),
             TemplateClaimReferenced { claim } => {
                 write!(f, "GPU claim {claim:?} is a template claim of another run; reference a held claim")
             }
             ClaimDeleting { claim } => write!(f, "GPU claim {claim:?} is being deleted"),
             ClaimInUse { claim, vmi } => write!(f, "GPU claim {claim:?} is in use by VMI {vmi:?}"),
-            UnknownClass { class } => write!(f, "GPU class {class:?} does not exist"),
+            ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
             HeldClaimsOnDifferentNodes { first, first_node, second, second_node } => write!(
                 f,
                 "held GPU claims {first:?} (node {first_node:?}) and {second:?} (node {second_node:?}) are bound \
@@ -129,12 +129,12 @@ impl fmt::Display for VmiRefusal {
             TooManyUnits { units } => {
                 write!(f, "the VMI attaches {units} GPU units, more than the {UNITS_PER_VMI_MAX} one VMI may")
             }
-            CapacityShort { class, count, largest_free_on_node } => write!(
+            NoCapacity { class, count, largest_free_on_node } => write!(
                 f,
                 "the VMI needs {count} units of GPU class {class:?} on one node; at most {largest_free_on_node} are \
                  free on any node"
             ),
-            BudgetShort(refused) => write!(
+            Self::BudgetExceeded(refused) => write!(
                 f,
                 "the VMI orders {} units of GPU class {:?}; the namespace holds {} of its budget of {}",
                 refused.units, refused.class, refused.counted, refused.budget
@@ -150,18 +150,18 @@ impl Refusal for VmiRefusal {
             MalformedReferences { .. } => "MalformedReferences",
             NoReferences => "NoReferences",
             MixedList => "MixedList",
-            UnknownClaim { .. } => "UnknownClaim",
+            ClaimMissing { .. } => "ClaimMissing",
             DuplicateClaim { .. } => "DuplicateClaim",
             TemplateClaimReferenced { .. } => "TemplateClaimReferenced",
             ClaimDeleting { .. } => "ClaimDeleting",
             ClaimInUse { .. } => "ClaimInUse",
-            UnknownClass { .. } => "UnknownClass",
+            ClassMissing { .. } => "ClassMissing",
             HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
             CountNotPositive { .. } => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
             TooManyUnits { .. } => "TooManyUnits",
-            CapacityShort { .. } => "CapacityShort",
-            BudgetShort { .. } => "BudgetShort",
+            NoCapacity { .. } => "NoCapacity",
+            Self::BudgetExceeded(_) => model::BudgetExceeded::REASON,
         }
     }
 
@@ -214,7 +214,7 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
     for attachment in attachments {
         match attachment.claim.as_deref().and_then(|name| view.claim(namespace, name)) {
             Some(held) if held.node.is_none() => {
-                return Err(VmiRefusal::CapacityShort {
+                return Err(VmiRefusal::NoCapacity {
                     class: held.class.to_string(),
                     count: u64::from(held.count),
                     largest_free_on_node: view.class(&held.class).map_or(0, |c| c.published.largest_free_on_node),
@@ -229,9 +229,9 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
         let Some(class) = view.class(class_name) else { continue };
         let largest_free_on_node = class.published.largest_free_on_node;
         if count > largest_free_on_node {
-            return Err(VmiRefusal::CapacityShort { class: class_name.to_owned(), count, largest_free_on_node });
+            return Err(VmiRefusal::NoCapacity { class: class_name.to_owned(), count, largest_free_on_node });
         }
-        check_budget(tenant, class_name, count, |t| t.units_bound(class_name)).map_err(VmiRefusal::BudgetShort)?;
+        check_budget(tenant, class_name, count, |t| t.units_bound(class_name)).map_err(VmiRefusal::BudgetExceeded)?;
     }
     Ok(())
 }
@@ -265,7 +265,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                     return Err(VmiRefusal::DuplicateClaim { claim: name.clone() });
                 }
                 let claim =
-                    view.claim(namespace, name).ok_or_else(|| VmiRefusal::UnknownClaim { claim: name.clone() })?;
+                    view.claim(namespace, name).ok_or_else(|| VmiRefusal::ClaimMissing { claim: name.clone() })?;
                 if claim.template {
                     return Err(VmiRefusal::TemplateClaimReferenced { claim: name.clone() });
                 }
@@ -278,7 +278,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                     return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.to_string() });
                 }
                 if view.class(&claim.class).is_none() {
-                    return Err(VmiRefusal::UnknownClass { class: claim.class.to_string() });
+                    return Err(VmiRefusal::ClassMissing { class: claim.class.to_string() });
                 }
                 if let Some(node) = claim.node.as_deref() {
                     match first_bound {
@@ -299,7 +299,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
             GpuEntry::ClaimTemplate(template) => {
                 let class = view
                     .class(&template.class)
-                    .ok_or_else(|| VmiRefusal::UnknownClass { class: template.class.clone() })?;
+                    .ok_or_else(|| VmiRefusal::ClassMissing { class: template.class.clone() })?;
                 if template.count == 0 {
                     return Err(VmiRefusal::CountNotPositive { class: class.name.clone() });
                 }
@@ -399,8 +399,8 @@ mod tests {
         let nine =
             vmi(r#"[{"claimTemplate":{"class":"h100","count":5}},{"claimTemplate":{"class":"h100","count":4}}]"#);
         let refusal = admit_vmi_with(&platform(), &nine, &refusing).unwrap_err();
-        assert_eq!(refusal, VmiRefusal::CapacityShort { class: "h100".into(), count: 9, largest_free_on_node: 8 });
-        assert_eq!(refusal.reason(), "CapacityShort");
+        assert_eq!(refusal, VmiRefusal::NoCapacity { class: "h100".into(), count: 9, largest_free_on_node: 8 });
+        assert_eq!(refusal.reason(), "NoCapacity");
         assert_eq!(
             refusal.to_string(),
             "the VMI needs 9 units of GPU class \"h100\" on one node; at most 8 are free on any node"
@@ -408,7 +408,7 @@ mod tests {
         let six = vmi(r#"[{"claimTemplate":{"class":"h100","count":6}}]"#);
         let refusal = admit_vmi_with(&platform(), &six, &refusing).unwrap_err();
         let refused = BudgetExceeded { class: "h100".into(), units: 6, counted: 3, budget: 8 };
-        assert_eq!(refusal, VmiRefusal::BudgetShort(refused));
+        assert_eq!(refusal, VmiRefusal::BudgetExceeded(refused));
         assert_eq!(
             refusal.to_string(),
             "the VMI orders 6 units of GPU class \"h100\"; the namespace holds 3 of its budget of 8"
@@ -467,7 +467,7 @@ mod tests {
         let cases: Vec<(&str, VmiRefusal, &str)> = vec![
             (
                 r#"[{"claim":"ghost"}]"#,
-                VmiRefusal::UnknownClaim { claim: "ghost".into() },
+                VmiRefusal::ClaimMissing { claim: "ghost".into() },
                 r#"GPU claim "ghost" does not exist in this namespace"#,
             ),
             (
@@ -497,7 +497,7 @@ mod tests {
             ),
             (
                 r#"[{"claimTemplate":{"class":"l40","count":1}}]"#,
-                VmiRefusal::UnknownClass { class: "l40".into() },
+                VmiRefusal::ClassMissing { class: "l40".into() },
                 r#"GPU class "l40" does not exist"#,
             ),
             (
@@ -553,7 +553,7 @@ mod tests {
         view.remove_class("h100");
         assert_eq!(
             admit_vmi(&view, &vmi(r#"[{"claim":"train-a"}]"#)),
-            Err(VmiRefusal::UnknownClass { class: "h100".into() })
+            Err(VmiRefusal::ClassMissing { class: "h100".into() })
         );
     }
 
