@@ -408,6 +408,22 @@ fn a_pod_without_attachments_waits_with_the_pod_webhooks_word() {
 }
 
 #[test]
+fn a_stored_pod_carries_what_its_attachments_read_as_and_a_changed_annotation_is_read_again() {
+    let mut view = world();
+    let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1));
+    pod.attachments_read = Default::default();
+    view.upsert_pod(pod.clone());
+    let stored = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
+    assert!(matches!(stored.attachments(), Some(Ok(std::borrow::Cow::Borrowed(_)))), "read once, when stored");
+    let forged = r#"[{"template":0,"class":"h100","count":8}]"#;
+    std::sync::Arc::make_mut(&mut pod.annotations).insert(crate::keys::ANNOTATION_ATTACHMENTS.into(), forged.into());
+    view.upsert_pod(pod);
+    let stored = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
+    assert_eq!(stored.attachments_read.kept().map(|read| read.text()), Some(forged));
+    assert_eq!(stored.attachments().unwrap().unwrap()[0].count, 8);
+}
+
+#[test]
 fn the_volume_binder_and_the_launcher_of_one_run_share_one_set() {
     let mut view = world();
     view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));

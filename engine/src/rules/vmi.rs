@@ -1,12 +1,13 @@
 //! The VMI webhook rule: resolve a VMI's claim references and record the start on the VMI itself.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
 use crate::keys;
 use crate::model::{self, BudgetExceeded, GpuDevice, View, Vmi, check_budget};
-use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
+use crate::references::{Attachment, GpuEntry, Parsed};
 
 use crate::variant::Variant;
 
@@ -18,8 +19,8 @@ pub const UNITS_PER_VMI_MAX: u32 = 64;
 /// What the VMI webhook changes. Empty when the VMI is not selected or already carries exactly this.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmiPatch {
-    /// The new value of the attachments annotation, when it differs.
-    pub attachments: Option<String>,
+    /// The new value of the attachments annotation, when it differs, written from the resolved set.
+    pub attachments: Option<Parsed<Attachment>>,
     /// The `spec.domain.devices.gpus` list to write (the VMI had none): one entry per unit.
     pub gpus: Option<Vec<GpuDevice>>,
 }
@@ -32,8 +33,11 @@ impl VmiPatch {
     /// Applies the patch to the compact VMI (the twin's path; the live path applies the JSON patch). Consumed: what
     /// it adds moves into the VMI instead of being copied once more per admitted VMI.
     pub fn apply(self, vmi: &mut Vmi) {
-        if let Some(value) = self.attachments {
+        if let Some(written) = self.attachments {
+            let value = written.text().to_owned();
             Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value);
+            // What it reads as goes with it, so the VMI's pods read it without parsing it.
+            vmi.attachments_read.set(written);
         }
         if let Some(gpus) = self.gpus {
             vmi.gpus = Arc::new(gpus);
@@ -193,9 +197,9 @@ pub fn admit_vmi_with(view: &View, vmi: &Vmi, variant: &Variant) -> Result<VmiPa
         refuse_short(view, &vmi.namespace, &attachments)?;
     }
     let gpus = unit_devices(view, &attachments)?;
-    let annotation = attachments_json(&attachments);
+    let annotation = Parsed::written(attachments);
     let mut patch = VmiPatch::default();
-    if vmi.annotations.get(keys::ANNOTATION_ATTACHMENTS) != Some(&annotation) {
+    if vmi.annotations.get(keys::ANNOTATION_ATTACHMENTS).map(String::as_str) != Some(annotation.text()) {
         patch.attachments = Some(annotation);
     }
     if vmi.gpus.is_empty() {
@@ -236,13 +240,13 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
     Ok(())
 }
 
-fn read_references(vmi: &Vmi) -> Result<Vec<GpuEntry>, VmiRefusal> {
-    let Some(json) = vmi.annotations.get(keys::ANNOTATION_CLAIMS) else {
+fn read_references(vmi: &Vmi) -> Result<Cow<'_, [GpuEntry]>, VmiRefusal> {
+    let Some(entries) = vmi.references() else {
         return Err(VmiRefusal::MalformedReferences {
             detail: format!("the VMI carries label {} but not the annotation", keys::LABEL_CLAIMS),
         });
     };
-    let entries = parse_entries(json).map_err(|e| VmiRefusal::MalformedReferences { detail: e.to_string() })?;
+    let entries = entries.map_err(|detail| VmiRefusal::MalformedReferences { detail })?;
     if entries.is_empty() {
         return Err(VmiRefusal::NoReferences);
     }
@@ -362,13 +366,13 @@ mod tests {
         let patch =
             admit_vmi(&platform(), &vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#))
                 .unwrap();
-        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        let attachments = parse_attachments(patch.attachments.as_ref().map(Parsed::text).unwrap()).unwrap();
         assert_eq!(
             attachments,
             vec![Attachment::held("train-a", "uid-tenant-a-train-a", "h100", 1), Attachment::template(0, "h100", 2)]
         );
         assert_eq!(
-            patch.attachments.as_deref(),
+            patch.attachments.as_ref().map(Parsed::text),
             Some(
                 r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#
             )
@@ -385,7 +389,7 @@ mod tests {
             &vmi(r#"[{"claimTemplate":{"class":"h100","count":1}},{"claim":"train-a"},{"claimTemplate":{"class":"a100-40c","count":1}}]"#),
         )
         .unwrap();
-        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        let attachments = parse_attachments(patch.attachments.as_ref().map(Parsed::text).unwrap()).unwrap();
         assert_eq!(attachments[0].template, Some(0));
         assert_eq!(attachments[2].template, Some(1));
         let devices: Vec<_> = patch.gpus.unwrap().into_iter().map(|g| g.device_name).collect();
@@ -433,6 +437,9 @@ mod tests {
         let patch = admit_vmi(&platform(), &v).unwrap();
         patch.apply(&mut v);
         assert_eq!(admit_vmi(&platform(), &v), Ok(VmiPatch::default()));
+        // The patch leaves what it wrote with what it reads as, for the VMI's pods to copy.
+        let kept = v.attachments_read.kept().map(Parsed::text);
+        assert_eq!(kept, v.annotations.get(keys::ANNOTATION_ATTACHMENTS).map(String::as_str));
     }
 
     #[test]
@@ -441,7 +448,7 @@ mod tests {
         Arc::make_mut(&mut v.annotations)
             .insert(keys::ANNOTATION_ATTACHMENTS.into(), r#"[{"claim":"x","class":"h100","count":9}]"#.into());
         let patch = admit_vmi(&platform(), &v).unwrap();
-        assert!(patch.attachments.unwrap().contains("train-a"));
+        assert!(patch.attachments.unwrap().text().contains("train-a"));
     }
 
     #[test]
