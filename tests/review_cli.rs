@@ -428,7 +428,7 @@ fn vmi_referencing_an_unknown_claim_is_refused() {
         &review("vmi-unknown-claim.json"),
         &request_of("vmi-unknown-claim.json"),
         403,
-        "UnknownClaim",
+        "ClaimMissing",
         r#"GPU claim "train-z" does not exist in this namespace"#,
     );
 }

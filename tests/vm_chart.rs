@@ -93,7 +93,9 @@ fn the_engine_gives_every_case_its_answer() {
                         let gpus = devices.iter().map(|d| json!({"name": d.name, "deviceName": d.device_name}));
                         Rendered { gpus: Some(gpus.collect()), annotation: None }
                     }
-                    Ok(VmRender::References { annotation }) => Rendered { gpus: None, annotation: Some(annotation) },
+                    Ok(VmRender::References { annotation }) => {
+                        Rendered { gpus: None, annotation: Some(annotation.text().to_owned()) }
+                    }
                     Err(refusal) => panic!("{}: the engine refuses: {}: {refusal}", case.case, refusal.reason()),
                 };
                 assert_eq!(&rendered, want, "{}", case.case);

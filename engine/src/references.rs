@@ -1,6 +1,20 @@
 //! The JSON formats that carry a VM's GPUs from the render to the controller: entries of the VM's `gpus` list
-//! (also the claims annotation), and the resolved attachments the VMI webhook records.
+//! (also the claims annotation), and the resolved attachments the VMI webhook records; and how an object keeps what
+//! its annotation reads as ([`Parsed`], [`Read`]), so that one VM's annotation is parsed once, not by every reader.
+//!
+//! One VM's annotation is read by the VMI webhook, the pod webhook, the controller at every pass that tries its pod,
+//! and the twin's checks, and parsing it costs about ten times copying what it reads as. So the model's objects
+//! carry the reading with the text (`Pod::attachments`, `Vmi::references`): read once where the object enters the
+//! engine (when it is converted, or stored in a view), or written together with the annotation (the VMI webhook's
+//! patch, the VM render), and copied with the object and with the annotation (a launcher pod copies its VMI's). A
+//! reader compares the text first, so what it gets is always what the annotation as it is now reads as: an
+//! annotation edited since (a tenant's forged copy) is read again, never misread.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// One entry of a VM's `gpus` list: a raw device name, a held claim, or a claim template. The claims annotation
@@ -31,7 +45,7 @@ pub struct ClaimTemplate {
 
 /// Parses a claims annotation (a JSON list of [`GpuEntry`]).
 pub fn parse_entries(json: &str) -> Result<Vec<GpuEntry>, serde_json::Error> {
-    RECENT_ENTRIES.with_borrow_mut(|recent| recent.parse(json))
+    serde_json::from_str(json)
 }
 
 /// Serializes references as the claims annotation's value.
@@ -74,44 +88,7 @@ impl Attachment {
 
 /// Parses an attachments annotation.
 pub fn parse_attachments(json: &str) -> Result<Vec<Attachment>, serde_json::Error> {
-    RECENT_ATTACHMENTS.with_borrow_mut(|recent| recent.parse(json))
-}
-
-/// How many distinct annotations each thread remembers parsing.
-const RECENT_MAX: usize = 8;
-
-thread_local! {
-    static RECENT_ENTRIES: std::cell::RefCell<Recent<GpuEntry>> = const { std::cell::RefCell::new(Recent::new()) };
-    static RECENT_ATTACHMENTS: std::cell::RefCell<Recent<Attachment>> =
-        const { std::cell::RefCell::new(Recent::new()) };
-}
-
-/// The annotations parsed last on this thread, newest first, with what they parsed to. One VM's annotation is
-/// parsed by the VMI webhook, the pod webhook, the controller (and the twin's checks), and a fleet's VMs order
-/// from a handful of templates, so most annotations are one of a few strings: a parse costs ten times the copy of
-/// its result. Only successful parses are kept (a malformed annotation is parsed again to say why); the result is
-/// exactly `serde_json::from_str`'s.
-struct Recent<T> {
-    parsed: Vec<(Box<str>, Vec<T>)>,
-}
-
-impl<T: Clone + serde::de::DeserializeOwned> Recent<T> {
-    const fn new() -> Self {
-        Recent { parsed: Vec::new() }
-    }
-
-    fn parse(&mut self, json: &str) -> Result<Vec<T>, serde_json::Error> {
-        if let Some(at) = self.parsed.iter().position(|(seen, _)| **seen == *json) {
-            // Kept where it is: the few strings in use stay in the list whatever their order.
-            return Ok(self.parsed[at].1.clone());
-        }
-        let value: Vec<T> = serde_json::from_str(json)?;
-        if self.parsed.len() == RECENT_MAX {
-            self.parsed.pop();
-        }
-        self.parsed.insert(0, (json.into(), value.clone()));
-        Ok(value)
-    }
+    serde_json::from_str(json)
 }
 
 /// Serializes attachments as the annotation's value.
@@ -119,16 +96,134 @@ pub fn attachments_json(attachments: &[Attachment]) -> String {
     serde_json::to_string(attachments).expect("attachments always serialize")
 }
 
+/// A JSON list (an annotation's value) and what it reads as: the list, or why it cannot be read (serde_json's
+/// message). Shared: a copy costs a reference count. Equal when their texts are.
+pub struct Parsed<T>(Arc<ParsedText<T>>);
+
+struct ParsedText<T> {
+    text: String,
+    read: Result<Vec<T>, String>,
+}
+
+impl<T: DeserializeOwned> Parsed<T> {
+    /// Reads `text`.
+    pub fn read(text: &str) -> Self {
+        let read = serde_json::from_str(text).map_err(|e: serde_json::Error| e.to_string());
+        Parsed(Arc::new(ParsedText { text: text.to_owned(), read }))
+    }
+}
+
+impl<T: Serialize> Parsed<T> {
+    /// `list` with its JSON, written from it: nothing to parse.
+    pub fn written(list: Vec<T>) -> Self {
+        let text = serde_json::to_string(&list).expect("GPU entries and attachments always serialize");
+        Parsed(Arc::new(ParsedText { text, read: Ok(list) }))
+    }
+}
+
+impl<T> Parsed<T> {
+    /// The JSON text.
+    pub fn text(&self) -> &str {
+        &self.0.text
+    }
+
+    /// What the text reads as.
+    pub fn list(&self) -> Result<&[T], &str> {
+        self.0.read.as_deref().map_err(String::as_str)
+    }
+}
+
+impl<T> Clone for Parsed<T> {
+    fn clone(&self) -> Self {
+        Parsed(Arc::clone(&self.0))
+    }
+}
+
+impl<T> PartialEq for Parsed<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl<T> Eq for Parsed<T> {}
+
+impl<T> fmt::Debug for Parsed<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Parsed").field(&self.text()).finish()
+    }
+}
+
+/// What a model object keeps of reading one of its annotations: the last [`Parsed`] text, if any (see the module's
+/// doc). Ignored by `==`, like a view's caches: it says nothing the annotation does not.
+pub struct Read<T>(Option<Parsed<T>>);
+
+impl<T: DeserializeOwned + Clone> Read<T> {
+    /// What the annotation `text` reads as: the kept reading when it is of this text, read now otherwise.
+    pub fn of(&self, text: &str) -> Result<Cow<'_, [T]>, String> {
+        match &self.0 {
+            Some(kept) if kept.text() == text => kept.list().map(Cow::Borrowed).map_err(str::to_owned),
+            _ => serde_json::from_str(text).map(Cow::Owned).map_err(|e: serde_json::Error| e.to_string()),
+        }
+    }
+
+    /// Keeps the reading of the annotation `text` (`None`: the object has none, nothing is kept), reading it only
+    /// when what is kept is of another text.
+    pub fn keep(&mut self, text: Option<&str>) {
+        match text {
+            None => self.0 = None,
+            Some(text) if self.0.as_ref().is_some_and(|kept| kept.text() == text) => {}
+            Some(text) => self.0 = Some(Parsed::read(text)),
+        }
+    }
+}
+
+impl<T> Read<T> {
+    /// Keeps `parsed`: the annotation's text as just written, with what it reads as.
+    pub fn set(&mut self, parsed: Parsed<T>) {
+        self.0 = Some(parsed);
+    }
+
+    /// The reading kept, if any (whatever text it is of).
+    pub fn kept(&self) -> Option<&Parsed<T>> {
+        self.0.as_ref()
+    }
+}
+
+impl<T> Default for Read<T> {
+    fn default() -> Self {
+        Read(None)
+    }
+}
+
+impl<T> Clone for Read<T> {
+    fn clone(&self) -> Self {
+        Read(self.0.clone())
+    }
+}
+
+impl<T> PartialEq for Read<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for Read<T> {}
+
+impl<T> fmt::Debug for Read<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Read").field(&self.0.as_ref().map(Parsed::text)).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Annotations valid and not, more distinct ones than a thread remembers.
+    /// Annotations valid and not.
     fn pool() -> Vec<String> {
-        let mut pool: Vec<String> = (0..RECENT_MAX as u32 + 4)
-            .map(|i| attachments_json(&[Attachment::template(i, "h100", i % 3 + 1)]))
-            .collect();
+        let mut pool: Vec<String> =
+            (0..4u32).map(|i| attachments_json(&[Attachment::template(i, "h100", i % 3 + 1)])).collect();
         pool.push(attachments_json(&[
             Attachment::held("train-a", "uid-1", "a100", 2),
             Attachment::template(0, "l40s", 1),
@@ -140,48 +235,54 @@ mod tests {
         pool
     }
 
-    fn same<T: PartialEq + std::fmt::Debug>(
-        got: Result<Vec<T>, serde_json::Error>,
-        want: Result<Vec<T>, serde_json::Error>,
-    ) -> Result<(), TestCaseError> {
-        match (got, want) {
-            (Ok(got), Ok(want)) => prop_assert_eq!(got, want),
-            (Err(got), Err(want)) => prop_assert_eq!(got.to_string(), want.to_string()),
+    fn same(got: Result<Cow<'_, [Attachment]>, String>, json: &str) -> Result<(), TestCaseError> {
+        match (got, serde_json::from_str::<Vec<Attachment>>(json)) {
+            (Ok(got), Ok(want)) => prop_assert_eq!(&*got, &want[..]),
+            (Err(got), Err(want)) => prop_assert_eq!(got, want.to_string()),
             (got, want) => prop_assert!(false, "got {got:?}, serde_json gives {want:?}"),
         }
         Ok(())
     }
 
     proptest! {
-        /// Whatever order annotations come in, and however often, a parse gives what serde_json gives.
+        /// Whatever an object kept, and whatever its annotation became since, a reading is what serde_json reads
+        /// the annotation as now.
         #[test]
-        fn remembered_parses_equal_serde_json(picks in proptest::collection::vec(0usize..64, 1..64)) {
+        fn a_reading_is_what_serde_json_reads_the_annotation_as_now(
+            steps in proptest::collection::vec((0usize..64, any::<bool>()), 1..64),
+        ) {
             let pool = pool();
-            let mut entries_pool: Vec<String> = (0..RECENT_MAX as u32 + 4)
-                .map(|i| entries_json(&[GpuEntry::ClaimTemplate(ClaimTemplate { class: format!("c{i}"), count: i + 1 })]))
-                .collect();
-            entries_pool.push(entries_json(&[GpuEntry::Claim("train-a".into()), GpuEntry::Name("nvidia.com/x".into())]));
-            entries_pool.extend(pool.iter().cloned());
-            for pick in picks {
+            let mut read: Read<Attachment> = Read::default();
+            for (pick, keep) in steps {
                 let json = &pool[pick % pool.len()];
-                same(parse_attachments(json), serde_json::from_str(json))?;
-                let entries = &entries_pool[pick % entries_pool.len()];
-                same(parse_entries(entries), serde_json::from_str(entries))?;
+                if keep {
+                    read.keep(Some(json));
+                    prop_assert_eq!(read.kept().map(Parsed::text), Some(json.as_str()));
+                }
+                same(read.of(json), json)?;
             }
         }
     }
 
     #[test]
-    fn a_thread_remembers_a_bounded_number_of_annotations() {
-        for json in pool() {
-            let _ = parse_attachments(&json);
-        }
-        RECENT_ATTACHMENTS.with_borrow(|recent| assert_eq!(recent.parsed.len(), RECENT_MAX));
-        let newest = attachments_json(&[Attachment::template(99, "h100", 1)]);
-        parse_attachments(&newest).unwrap();
-        RECENT_ATTACHMENTS.with_borrow(|recent| {
-            assert_eq!(recent.parsed.len(), RECENT_MAX);
-            assert_eq!(&*recent.parsed[0].0, newest.as_str());
-        });
+    fn a_kept_reading_is_lent_and_another_text_is_read_again() {
+        let json = attachments_json(&[Attachment::template(0, "h100", 2)]);
+        let mut read: Read<Attachment> = Read::default();
+        assert!(matches!(read.of(&json), Ok(Cow::Owned(_))), "nothing kept: read now");
+        read.keep(Some(&json));
+        assert!(matches!(read.of(&json), Ok(Cow::Borrowed(_))), "kept: lent, not parsed");
+        let forged = attachments_json(&[Attachment::template(0, "h100", 8)]);
+        assert_eq!(read.of(&forged).unwrap()[0].count, 8, "an edited annotation is read again");
+        read.keep(None);
+        assert!(read.kept().is_none());
+    }
+
+    #[test]
+    fn a_written_list_reads_as_itself() {
+        let list = vec![Attachment::held("train-a", "uid-1", "h100", 1), Attachment::template(0, "h100", 2)];
+        let written = Parsed::written(list.clone());
+        assert_eq!(written.text(), attachments_json(&list));
+        assert_eq!(written.list(), Ok(&list[..]));
+        assert_eq!(Parsed::<Attachment>::read(written.text()).list(), Ok(&list[..]));
     }
 }

@@ -245,7 +245,7 @@ proptest! {
             Ok(read) => {
                 prop_assert_eq!(&rendered, &render_vm(&read.gpus, read.claims_enabled));
                 if let Ok(VmRender::References { annotation }) = &rendered {
-                    prop_assert_eq!(&gpuclaim_engine::references::parse_entries(annotation).unwrap(), &read.gpus);
+                    prop_assert_eq!(&gpuclaim_engine::references::parse_entries(annotation.text()).unwrap(), &read.gpus);
                 }
             }
             Err(refusal) => prop_assert_eq!(&rendered, &Err(refusal)),

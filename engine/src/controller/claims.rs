@@ -4,7 +4,7 @@
 use super::actions::{ClaimStatus, EventKind, ObjectRef};
 use super::reasons::Wait;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, Pass, attached_status, follow_to, is_live_run, key_of};
-use crate::model::{Claim, ClaimPhase, GpuMode};
+use crate::model::{Claim, ClaimPhase, check_budget, check_entitlement};
 
 impl<'v> Pass<'v> {
     /// Runs that ended give their claims back; runs that migrated take them along; finalizers follow; claims
@@ -140,10 +140,8 @@ impl<'v> Pass<'v> {
         let units = u64::from(claim.count);
         // Its own units, if still counted on a lost node, move rather than add.
         let own = if self.node_of(claim).is_some() { units } else { 0 };
-        self.check_budget(&claim.namespace, &class.name, units, own)?;
-        if class.mode == GpuMode::Vgpu && !view.tenant(&claim.namespace).is_some_and(|t| t.vgpu_entitled) {
-            return Err(Wait::NotEntitled { class: class.name.clone() });
-        }
+        self.within_budget(&claim.namespace, &class.name, units, own)?;
+        check_entitlement(view.tenant(&claim.namespace), class).map_err(Wait::NotEntitled)?;
         let lost = self.node_of(claim);
         let found = self
             .candidates(class, units)
@@ -153,12 +151,10 @@ impl<'v> Pass<'v> {
         found.ok_or_else(|| self.no_capacity(class, units, "no node has that many free units".to_owned()))
     }
 
-    pub(super) fn check_budget(&self, namespace: &str, class: &str, units: u64, own: u64) -> Result<(), Wait> {
-        let Some(budget) = self.view.tenant(namespace).and_then(|t| t.budget(class)) else { return Ok(()) };
-        let bound = self.bound_units(namespace, class).saturating_sub(own);
-        if bound + units > budget {
-            return Err(Wait::BudgetExceeded { class: class.to_owned(), units, budget });
-        }
-        Ok(())
+    /// The budget rule on the units bound in the namespace as this pass leaves them, less `own` (units the claim
+    /// itself still holds on a lost node: they move rather than add).
+    pub(super) fn within_budget(&self, namespace: &str, class: &str, units: u64, own: u64) -> Result<(), Wait> {
+        let bound = |_: &_| self.bound_units(namespace, class).saturating_sub(own);
+        check_budget(self.view.tenant(namespace), class, units, bound).map_err(Wait::from)
     }
 }

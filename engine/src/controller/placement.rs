@@ -9,9 +9,7 @@ use super::names::template_claim_name;
 use super::reasons::Wait;
 use super::waiting::Judged;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
-use crate::keys;
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Pod, Time, View, VmiRef};
-use crate::references::parse_attachments;
+use crate::model::{Claim, ClaimPhase, Class, Name, Pod, Time, View, VmiRef, check_entitlement};
 use crate::scheduling::{matches_node_selector, matches_required_terms, pin_terms, untolerated_taint};
 
 /// One claim of a pod's set.
@@ -234,13 +232,13 @@ impl<'v> Pass<'v> {
     /// Resolves the pod's attachments into its set, refusing what can never be placed as it stands.
     fn members(&self, pod: &Pod, vmi: &VmiRef) -> Result<Vec<Member<'v>>, Wait> {
         let view: &'v View = self.view;
-        let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(Wait::NoClaims)?;
-        let attachments = parse_attachments(json).map_err(|e| Wait::MalformedAttachments { detail: e.to_string() })?;
+        let attachments = pod.attachments().ok_or(Wait::MissingAttachments)?;
+        let attachments = attachments.map_err(|detail| Wait::MalformedAttachments { detail })?;
         if attachments.is_empty() {
             return Err(Wait::NoClaims);
         }
         let mut members = Vec::with_capacity(attachments.len());
-        for attachment in &attachments {
+        for attachment in attachments.iter() {
             let class =
                 view.class(&attachment.class).ok_or_else(|| Wait::ClassMissing { class: attachment.class.clone() })?;
             let (name, claim) = match (&attachment.claim, attachment.template) {
@@ -349,12 +347,10 @@ impl<'v> Pass<'v> {
         namespace: &str,
         need: impl Iterator<Item = (&'c Class, u64)>,
     ) -> Result<(), Wait> {
-        let entitled = self.view.tenant(namespace).is_some_and(|t| t.vgpu_entitled);
+        let tenant = self.view.tenant(namespace);
         for (class, units) in need {
-            self.check_budget(namespace, &class.name, units, 0)?;
-            if class.mode == GpuMode::Vgpu && !entitled {
-                return Err(Wait::NotEntitled { class: class.name.clone() });
-            }
+            self.within_budget(namespace, &class.name, units, 0)?;
+            check_entitlement(tenant, class).map_err(Wait::NotEntitled)?;
         }
         Ok(())
     }

@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-use crate::model::Reason;
+use crate::keys;
+use crate::model::{self, Reason};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -13,6 +14,10 @@ pub enum Wait {
     VmiMissing {
         vmi: String,
     },
+    /// A claims pod without the attachments annotation (its VMI never passed the VMI webhook): the pod webhook's
+    /// word.
+    MissingAttachments,
+    /// The attachments annotation lists nothing.
     NoClaims,
     MalformedAttachments {
         detail: String,
@@ -38,14 +43,13 @@ pub enum Wait {
         first: String,
         second: String,
     },
+    /// The budget counts the units bound; the message leaves them out (other waiters move them).
     BudgetExceeded {
         class: String,
         units: u64,
         budget: u64,
     },
-    NotEntitled {
-        class: String,
-    },
+    NotEntitled(model::NotEntitled),
     /// More units of one class than any node has: no amount of waiting helps.
     NeverFits {
         class: String,
@@ -68,6 +72,12 @@ impl fmt::Display for Wait {
         use Wait::*;
         match self {
             VmiMissing { vmi } => write!(f, "VMI {vmi:?} of this pod is gone"),
+            MissingAttachments => write!(
+                f,
+                "the pod carries label {} but no annotation {}: its VMI was not admitted by the GPU claims webhook",
+                keys::LABEL_CLAIMS,
+                keys::ANNOTATION_ATTACHMENTS
+            ),
             NoClaims => write!(f, "the pod lists no GPU claims"),
             MalformedAttachments { detail } => write!(f, "the attachments annotation cannot be read: {detail}"),
             ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
@@ -83,7 +93,7 @@ impl fmt::Display for Wait {
             BudgetExceeded { class, units, budget } => {
                 write!(f, "{units} more units of GPU class {class:?} would exceed the namespace's budget of {budget}")
             }
-            NotEntitled { class } => write!(f, "GPU class {class:?} is a vGPU class and the namespace is not entitled"),
+            Self::NotEntitled(refused) => refused.fmt(f),
             NeverFits { class, units, largest } => {
                 write!(f, "{units} units of GPU class {class:?} can never fit: no node has more than {largest}")
             }
@@ -98,6 +108,7 @@ impl Wait {
         use Wait::*;
         match self {
             VmiMissing { .. } => "VMIMissing",
+            MissingAttachments => "MissingAttachments",
             NoClaims => "NoClaims",
             MalformedAttachments { .. } => "MalformedAttachments",
             ClassMissing { .. } => "ClassMissing",
@@ -106,8 +117,8 @@ impl Wait {
             ClaimInUse { .. } => "ClaimInUse",
             PreviousRunReleasing { .. } => "PreviousRunReleasing",
             HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
-            BudgetExceeded { .. } => "BudgetExceeded",
-            NotEntitled { .. } => "NotEntitled",
+            BudgetExceeded { .. } => model::BudgetExceeded::REASON,
+            Self::NotEntitled(_) => model::NotEntitled::REASON,
             NeverFits { .. } => "NeverFits",
             NoCapacity { .. } => "NoCapacity",
             NodeUnfit { .. } => "NodeUnfit",
@@ -116,5 +127,13 @@ impl Wait {
 
     pub fn to_reason(&self) -> Reason {
         Reason { reason: self.reason().to_owned(), message: self.to_string() }
+    }
+}
+
+impl From<model::BudgetExceeded> for Wait {
+    /// Without the units counted: the bound units move with other waiters, and a waiter refused again for the same
+    /// budget waits for the same reason (see `controller::waiting`).
+    fn from(refused: model::BudgetExceeded) -> Self {
+        Wait::BudgetExceeded { class: refused.class, units: refused.units, budget: refused.budget }
     }
 }

@@ -104,6 +104,11 @@ fn a_held_claim_waits_with_its_reason() {
     settle(&mut view, at(6));
     assert_eq!(reason_of(&view, "tenant-a", "ghost"), "ClassMissing");
     assert_eq!(reason_of(&view, "tenant-a", "vgpu"), "NotEntitled");
+    assert_eq!(
+        view.claim("tenant-a", "vgpu").unwrap().pending.as_ref().unwrap().message,
+        r#"GPU class "a10" is a vGPU class and this namespace is not entitled to vGPUs (label gpu.cozystack.io/vgpu-entitled)"#,
+        "the order webhook's words"
+    );
     assert_eq!(reason_of(&view, "tenant-a", "nine"), "NeverFits");
     assert_eq!(view.claim("tenant-b", "five").unwrap().node.as_deref(), Some("gpu-1"));
     assert_eq!(reason_of(&view, "tenant-b", "six"), "NoCapacity");
@@ -386,6 +391,36 @@ fn a_pod_whose_run_is_gone_says_so() {
     view.upsert_pod(gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1)));
     settle(&mut view, at(2));
     assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "VMIMissing");
+}
+
+#[test]
+fn a_pod_without_attachments_waits_with_the_pod_webhooks_word() {
+    let mut view = world();
+    view.upsert_vmi(vmi("tenant-a", "vm-1", VmiPhase::Scheduling, None));
+    let mut pod = gated_launcher("tenant-a", "vm-1", "[]", H100, 1, at(1));
+    view.upsert_pod(pod.clone());
+    settle(&mut view, at(2));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "NoClaims");
+    std::sync::Arc::make_mut(&mut pod.annotations).remove(crate::keys::ANNOTATION_ATTACHMENTS);
+    view.upsert_pod(pod);
+    settle(&mut view, at(3));
+    assert_eq!(pod_reason(&view, "virt-launcher-vm-1-abcde").unwrap().reason, "MissingAttachments");
+}
+
+#[test]
+fn a_stored_pod_carries_what_its_attachments_read_as_and_a_changed_annotation_is_read_again() {
+    let mut view = world();
+    let mut pod = gated_launcher("tenant-a", "vm-1", r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, at(1));
+    pod.attachments_read = Default::default();
+    view.upsert_pod(pod.clone());
+    let stored = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
+    assert!(matches!(stored.attachments(), Some(Ok(std::borrow::Cow::Borrowed(_)))), "read once, when stored");
+    let forged = r#"[{"template":0,"class":"h100","count":8}]"#;
+    std::sync::Arc::make_mut(&mut pod.annotations).insert(crate::keys::ANNOTATION_ATTACHMENTS.into(), forged.into());
+    view.upsert_pod(pod);
+    let stored = view.pod("tenant-a", "virt-launcher-vm-1-abcde").unwrap();
+    assert_eq!(stored.attachments_read.kept().map(|read| read.text()), Some(forged));
+    assert_eq!(stored.attachments().unwrap().unwrap()[0].count, 8);
 }
 
 #[test]

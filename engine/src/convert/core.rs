@@ -174,7 +174,7 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         .into_iter()
         .flatten()
         .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref(), c.message.as_deref()));
-    Ok(Pod {
+    let mut converted = Pod {
         namespace: pod.namespace().unwrap_or_else(|| namespace.to_owned()).into(),
         name: pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default().into(),
         uid: pod.uid().unwrap_or_default().into(),
@@ -202,7 +202,11 @@ pub fn pod_from_kube(pod: &KubePod, namespace: &str) -> Result<Pod, ConvertError
         devices: Arc::new(requests.devices),
         owner_vmi: controller_owner(&pod.metadata, keys::kubevirt::KIND_VMI),
         waiting: false_condition(conditions, keys::CONDITION_PLACEMENT),
-    })
+        attachments_read: Default::default(),
+    };
+    // Read once here, where the pod enters the engine: every reader after lends it.
+    converted.read_attachments();
+    Ok(converted)
 }
 
 pub fn pod_from_json(object: &Value, namespace: &str) -> Result<Pod, ConvertError> {

@@ -17,8 +17,9 @@ use crate::rules::{PodPatch, VmiPatch};
 pub fn vmi_json_patch(patch: &VmiPatch, object: &Value) -> Patch {
     let object = &mut Cow::Borrowed(object);
     let mut ops = Vec::new();
-    if let Some(value) = &patch.attachments {
-        put(object, &["metadata", "annotations", keys::ANNOTATION_ATTACHMENTS], Value::String(value.clone()), &mut ops);
+    if let Some(written) = &patch.attachments {
+        let value = Value::String(written.text().to_owned());
+        put(object, &["metadata", "annotations", keys::ANNOTATION_ATTACHMENTS], value, &mut ops);
     }
     if let Some(gpus) = &patch.gpus {
         let items = gpus.iter().map(|g| json!({"name": g.name, "deviceName": g.device_name})).collect();

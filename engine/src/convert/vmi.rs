@@ -67,7 +67,7 @@ fn vmi_phase(phase: Option<&str>) -> VmiPhase {
 pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertError> {
     let wire: VmiWire = typed(object)?;
     let meta = wire.metadata;
-    Ok(Vmi {
+    let mut converted = Vmi {
         namespace: meta.namespace.unwrap_or_else(|| namespace.to_owned()).into(),
         name: meta.name.or(meta.generate_name).unwrap_or_default().into(),
         uid: meta.uid.unwrap_or_default().into(),
@@ -86,5 +86,10 @@ pub fn vmi_from_json(object: &Value, namespace: &str) -> Result<Vmi, ConvertErro
         phase: vmi_phase(wire.status.phase.as_deref()),
         node_name: wire.status.node_name.filter(|n| !n.is_empty()).map(Name::from),
         deleting: meta.deletion_timestamp.is_some(),
-    })
+        references_read: Default::default(),
+        attachments_read: Default::default(),
+    };
+    // Read once here, where the VMI enters the engine: the VMI webhook lends it.
+    converted.read_references();
+    Ok(converted)
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub use capacity::{Capacity, NodeLoad};
 pub use history::Change;
 pub use objects::*;
-pub use tenant::Tenant;
+pub use tenant::{BudgetExceeded, NotEntitled, Tenant, check_budget, check_entitlement};
 
 pub use crate::name::Name;
 
@@ -587,7 +587,10 @@ impl View {
     /// [`View::upsert_pod`], saying whether the devices counted for the pod beyond its claims moved (a raw-device
     /// launcher or a migration target bound, a pod that held them ended): what a controller's event filter asks.
     /// Always `false` on a view that keeps objects only (it counts none).
-    pub fn upsert_pod_counting(&mut self, pod: Pod) -> bool {
+    pub fn upsert_pod_counting(&mut self, mut pod: Pod) -> bool {
+        // A stored pod carries what its attachments annotation reads as, read here only when it changed (an edit in
+        // place that changes the annotation leaves it to be read by whoever asks).
+        pod.read_attachments();
         if self.pod(&pod.namespace, &pod.name).is_some() {
             let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
             return self.edit_pod_counting(&namespace, &name, |stored| *stored = pod).unwrap_or(false);

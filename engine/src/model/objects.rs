@@ -1,7 +1,10 @@
 //! The compact objects: exactly the fields the rules and the reconciler read.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use crate::references::{Attachment, GpuEntry, Read};
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
@@ -143,9 +146,23 @@ pub struct Pod {
     pub owner_vmi: Option<VmiRef>,
     /// The placement condition the controller last wrote: why the pod waits.
     pub waiting: Option<Reason>,
+    /// What the attachments annotation reads as, kept when the pod was converted or stored in a view, or copied
+    /// from its VMI (see [`crate::references`]; [`Pod::attachments`] reads it).
+    pub attachments_read: Read<Attachment>,
 }
 
 impl Pod {
+    /// The attachments annotation, read (`None`: the pod has none; `Err`: why it cannot be read).
+    pub fn attachments(&self) -> Option<Result<Cow<'_, [Attachment]>, String>> {
+        let text = self.annotations.get(keys::ANNOTATION_ATTACHMENTS)?;
+        Some(self.attachments_read.of(text))
+    }
+
+    /// Keeps what the attachments annotation reads as, reading it only when it changed since it was read.
+    pub fn read_attachments(&mut self) {
+        self.attachments_read.keep(self.annotations.get(keys::ANNOTATION_ATTACHMENTS).map(String::as_str));
+    }
+
     /// The required node-affinity terms, if set.
     pub fn required_terms(&self) -> Option<&[NodeSelectorTerm]> {
         self.required_terms.as_deref().map(Vec::as_slice)
@@ -249,9 +266,24 @@ pub struct Vmi {
     /// `status.nodeName`: where the VMI runs (the target's node once a migration completes).
     pub node_name: Option<Name>,
     pub deleting: bool,
+    /// What the claims annotation reads as, kept when the VMI was converted or rendered ([`Vmi::references`]).
+    pub references_read: Read<GpuEntry>,
+    /// The attachments annotation as the VMI webhook wrote it, with what it reads as: its pods copy both.
+    pub attachments_read: Read<Attachment>,
 }
 
 impl Vmi {
+    /// The claims annotation, read (`None`: the VMI has none; `Err`: why it cannot be read).
+    pub fn references(&self) -> Option<Result<Cow<'_, [GpuEntry]>, String>> {
+        let text = self.annotations.get(keys::ANNOTATION_CLAIMS)?;
+        Some(self.references_read.of(text))
+    }
+
+    /// Keeps what the claims annotation reads as, reading it only when it changed since it was read.
+    pub fn read_references(&mut self) {
+        self.references_read.keep(self.annotations.get(keys::ANNOTATION_CLAIMS).map(String::as_str));
+    }
+
     pub fn reference(&self) -> VmiRef {
         VmiRef { name: self.name.clone(), uid: self.uid.clone() }
     }

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::keys;
-use crate::model::{Claim, GpuMode, View};
+use crate::model::{self, BudgetExceeded, Claim, NotEntitled, Tenant, View, check_budget, check_entitlement};
 
 use super::Refusal;
 
@@ -46,15 +46,9 @@ pub enum OrderRefusal {
         count: u32,
         largest_free_on_node: u64,
     },
-    BudgetExceeded {
-        class: String,
-        count: u32,
-        used: u64,
-        budget: u64,
-    },
-    NotEntitled {
-        class: String,
-    },
+    /// The budget counts what the namespace has ordered.
+    BudgetExceeded(BudgetExceeded),
+    NotEntitled(NotEntitled),
 }
 
 impl fmt::Display for OrderRefusal {
@@ -88,17 +82,17 @@ impl fmt::Display for OrderRefusal {
                 "spec.count {count} is more than the {largest_free_on_node} free units of GPU class {class:?} on \
                  any one node"
             ),
-            BudgetExceeded { class, count, used, budget } => write!(
+            Self::BudgetExceeded(refused) => write!(
                 f,
-                "ordering {count} units of GPU class {class:?} would exceed the namespace's budget: {used} of \
-                 {budget} already ordered ({})",
-                keys::quota_key(class)
+                "ordering {} units of GPU class {:?} would exceed the namespace's budget: {} of {} already ordered \
+                 ({})",
+                refused.units,
+                refused.class,
+                refused.counted,
+                refused.budget,
+                keys::quota_key(&refused.class)
             ),
-            NotEntitled { class } => write!(
-                f,
-                "GPU class {class:?} is a vGPU class and this namespace is not entitled to vGPUs (label {})",
-                keys::LABEL_VGPU_ENTITLED
-            ),
+            Self::NotEntitled(refused) => refused.fmt(f),
         }
     }
 }
@@ -114,8 +108,8 @@ impl Refusal for OrderRefusal {
             CountNotPositive => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
             NoCapacity { .. } => "NoCapacity",
-            BudgetExceeded { .. } => "BudgetExceeded",
-            NotEntitled { .. } => "NotEntitled",
+            Self::BudgetExceeded(_) => model::BudgetExceeded::REASON,
+            Self::NotEntitled(_) => model::NotEntitled::REASON,
         }
     }
 }
@@ -155,16 +149,9 @@ fn validate_new_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
         return Err(OrderRefusal::NoCapacity { class: class.name.clone(), count: claim.count, largest_free_on_node });
     }
     let tenant = view.tenant(&claim.namespace);
-    if let Some(budget) = tenant.and_then(|t| t.budget(&class.name)) {
-        let used = tenant.map_or(0, |t| t.units_used(&class.name));
-        if used + u64::from(claim.count) > budget {
-            return Err(OrderRefusal::BudgetExceeded { class: class.name.clone(), count: claim.count, used, budget });
-        }
-    }
-    if class.mode == GpuMode::Vgpu && !tenant.is_some_and(|t| t.vgpu_entitled) {
-        return Err(OrderRefusal::NotEntitled { class: class.name.clone() });
-    }
-    Ok(())
+    let ordered = |tenant: &Tenant| tenant.units_used(&class.name);
+    check_budget(tenant, &class.name, u64::from(claim.count), ordered).map_err(OrderRefusal::BudgetExceeded)?;
+    check_entitlement(tenant, class).map_err(OrderRefusal::NotEntitled)
 }
 
 /// A change to a stored claim: the spec never changes (`SpecImmutable`, class first), and the template mark only
@@ -278,7 +265,8 @@ mod tests {
         view.upsert_quota("tenant-a", "team-cap", [("h100".to_owned(), 4)].into());
         let refusal =
             validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 2)), "alice").unwrap_err();
-        assert_eq!(refusal, OrderRefusal::BudgetExceeded { class: "h100".into(), count: 2, used: 3, budget: 4 });
+        let refused = BudgetExceeded { class: "h100".into(), units: 2, counted: 3, budget: 4 };
+        assert_eq!(refusal, OrderRefusal::BudgetExceeded(refused));
         view.remove_quota("tenant-a", "team-cap");
         assert_eq!(validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 2)), "alice"), Ok(()));
     }

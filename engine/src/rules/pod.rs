@@ -6,7 +6,6 @@ use k8s_openapi::api::core::v1::Toleration;
 
 use crate::keys;
 use crate::model::{Pod, View, pod_role};
-use crate::references::parse_attachments;
 use crate::variant::Variant;
 
 use super::Refusal;
@@ -89,9 +88,8 @@ pub fn mutate_pod_with(view: &View, pod: &Pod, variant: &Variant) -> Result<PodP
     if !pod_role(pod).is_gated_under(variant) {
         return Ok(PodPatch::default());
     }
-    let json = pod.annotations.get(keys::ANNOTATION_ATTACHMENTS).ok_or(PodRefusal::MissingAttachments)?;
-    let attachments =
-        parse_attachments(json).map_err(|e| PodRefusal::MalformedAttachments { detail: e.to_string() })?;
+    let attachments = pod.attachments().ok_or(PodRefusal::MissingAttachments)?;
+    let attachments = attachments.map_err(|detail| PodRefusal::MalformedAttachments { detail })?;
     let mut patch = PodPatch {
         add_gate: !pod.scheduling_gates.iter().any(|gate| gate == keys::GATE_PLACEMENT),
         add_tolerations: Vec::new(),

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::keys;
 use crate::model::GpuDevice;
-use crate::references::{ClaimTemplate, GpuEntry, entries_json};
+use crate::references::{ClaimTemplate, GpuEntry, Parsed};
 
 use super::Refusal;
 
@@ -19,9 +19,9 @@ pub enum VmRender {
     Nothing,
     /// Raw names: one `spec.domain.devices.gpus` entry per name, no claims involved.
     Raw(Vec<GpuDevice>),
-    /// References: only the claims label ([`keys::LABEL_CLAIMS`]) and this claims annotation value; the VMI
-    /// webhook resolves them.
-    References { annotation: String },
+    /// References: only the claims label ([`keys::LABEL_CLAIMS`]) and this claims annotation value (written with
+    /// what it reads as, which the VMI may keep); the VMI webhook resolves them.
+    References { annotation: Parsed<GpuEntry> },
 }
 
 /// The keys of a `gpus` entry, exactly one of which it gives, in the order messages list them.
@@ -125,7 +125,7 @@ pub fn render_vm(gpus: &[GpuEntry], claims_enabled: bool) -> Result<VmRender, Re
         (Some(_), None) => Ok(VmRender::Raw(raw_devices(gpus))),
         (Some(raw), Some(reference)) => Err(RenderRefusal::MixedList { raw, reference }),
         (None, Some(index)) if !claims_enabled => Err(RenderRefusal::ClaimsDisabled { index }),
-        (None, Some(_)) => Ok(VmRender::References { annotation: entries_json(gpus) }),
+        (None, Some(_)) => Ok(VmRender::References { annotation: Parsed::written(gpus.to_vec()) }),
     }
 }
 
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(
             render_vm(&list, true),
             Ok(VmRender::References {
-                annotation: r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#.into()
+                annotation: Parsed::read(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#)
             })
         );
     }
@@ -345,7 +345,7 @@ mod tests {
         let values = json!({"gpus": [{"claimTemplate": {"class": "h100", "count": 2.0}}], "_cluster": on});
         assert_eq!(
             render_values(&values),
-            Ok(VmRender::References { annotation: r#"[{"claimTemplate":{"class":"h100","count":2}}]"#.into() })
+            Ok(VmRender::References { annotation: Parsed::read(r#"[{"claimTemplate":{"class":"h100","count":2}}]"#) })
         );
         // The switch is the string "true" only; anything else leaves it off.
         let off = json!({"gpus": [{"claim": "a"}], "_cluster": {"gpu-claims-enabled": "yes"}});

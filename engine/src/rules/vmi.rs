@@ -1,12 +1,13 @@
 //! The VMI webhook rule: resolve a VMI's claim references and record the start on the VMI itself.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
 use crate::keys;
-use crate::model::{GpuDevice, View, Vmi};
-use crate::references::{Attachment, GpuEntry, attachments_json, parse_entries};
+use crate::model::{self, BudgetExceeded, GpuDevice, View, Vmi, check_budget};
+use crate::references::{Attachment, GpuEntry, Parsed};
 
 use crate::variant::Variant;
 
@@ -18,8 +19,8 @@ pub const UNITS_PER_VMI_MAX: u32 = 64;
 /// What the VMI webhook changes. Empty when the VMI is not selected or already carries exactly this.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmiPatch {
-    /// The new value of the attachments annotation, when it differs.
-    pub attachments: Option<String>,
+    /// The new value of the attachments annotation, when it differs, written from the resolved set.
+    pub attachments: Option<Parsed<Attachment>>,
     /// The `spec.domain.devices.gpus` list to write (the VMI had none): one entry per unit.
     pub gpus: Option<Vec<GpuDevice>>,
 }
@@ -32,8 +33,11 @@ impl VmiPatch {
     /// Applies the patch to the compact VMI (the twin's path; the live path applies the JSON patch). Consumed: what
     /// it adds moves into the VMI instead of being copied once more per admitted VMI.
     pub fn apply(self, vmi: &mut Vmi) {
-        if let Some(value) = self.attachments {
+        if let Some(written) = self.attachments {
+            let value = written.text().to_owned();
             Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_ATTACHMENTS.to_owned(), value);
+            // What it reads as goes with it, so the VMI's pods read it without parsing it.
+            vmi.attachments_read.set(written);
         }
         if let Some(gpus) = self.gpus {
             vmi.gpus = Arc::new(gpus);
@@ -51,7 +55,7 @@ pub enum VmiRefusal {
     NoReferences,
     /// Raw GPUs and claim references on one VMI.
     MixedList,
-    UnknownClaim {
+    ClaimMissing {
         claim: String,
     },
     DuplicateClaim {
@@ -68,7 +72,7 @@ pub enum VmiRefusal {
         claim: String,
         vmi: String,
     },
-    UnknownClass {
+    ClassMissing {
         class: String,
     },
     HeldClaimsOnDifferentNodes {
@@ -90,18 +94,14 @@ pub enum VmiRefusal {
     },
     /// Variant `refuse_short_at_admission` only: the units do not fit the class's published free units on one node
     /// (or a held claim is not bound to a node).
-    CapacityShort {
+    NoCapacity {
         class: String,
         count: u64,
         largest_free_on_node: u64,
     },
-    /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left.
-    BudgetShort {
-        class: String,
-        count: u64,
-        bound: u64,
-        budget: u64,
-    },
+    /// Variant `refuse_short_at_admission` only: the template units exceed what the namespace's budget has left
+    /// (the budget counts the units bound).
+    BudgetExceeded(BudgetExceeded),
 }
 
 impl fmt::Display for VmiRefusal {
@@ -113,14 +113,14 @@ impl fmt::Display for VmiRefusal {
             }
             NoReferences => write!(f, "annotation {} lists no claim references", keys::ANNOTATION_CLAIMS),
             MixedList => write!(f, "the VMI lists raw GPUs and claim references together; use one or the other"),
-            UnknownClaim { claim } => write!(f, "GPU claim {claim:?} does not exist in this namespace"),
+            ClaimMissing { claim } => write!(f, "GPU claim {claim:?} does not exist in this namespace"),
             DuplicateClaim { claim } => write!(f, "GPU claim {claim:?} is referenced more than once"),
             TemplateClaimReferenced { claim } => {
                 write!(f, "GPU claim {claim:?} is a template claim of another run; reference a held claim")
             }
             ClaimDeleting { claim } => write!(f, "GPU claim {claim:?} is being deleted"),
             ClaimInUse { claim, vmi } => write!(f, "GPU claim {claim:?} is in use by VMI {vmi:?}"),
-            UnknownClass { class } => write!(f, "GPU class {class:?} does not exist"),
+            ClassMissing { class } => write!(f, "GPU class {class:?} does not exist"),
             HeldClaimsOnDifferentNodes { first, first_node, second, second_node } => write!(
                 f,
                 "held GPU claims {first:?} (node {first_node:?}) and {second:?} (node {second_node:?}) are bound \
@@ -133,15 +133,15 @@ impl fmt::Display for VmiRefusal {
             TooManyUnits { units } => {
                 write!(f, "the VMI attaches {units} GPU units, more than the {UNITS_PER_VMI_MAX} one VMI may")
             }
-            CapacityShort { class, count, largest_free_on_node } => write!(
+            NoCapacity { class, count, largest_free_on_node } => write!(
                 f,
                 "the VMI needs {count} units of GPU class {class:?} on one node; at most {largest_free_on_node} are \
                  free on any node"
             ),
-            BudgetShort { class, count, bound, budget } => write!(
+            Self::BudgetExceeded(refused) => write!(
                 f,
-                "the VMI orders {count} units of GPU class {class:?}; the namespace holds {bound} of its budget of \
-                 {budget}"
+                "the VMI orders {} units of GPU class {:?}; the namespace holds {} of its budget of {}",
+                refused.units, refused.class, refused.counted, refused.budget
             ),
         }
     }
@@ -154,18 +154,18 @@ impl Refusal for VmiRefusal {
             MalformedReferences { .. } => "MalformedReferences",
             NoReferences => "NoReferences",
             MixedList => "MixedList",
-            UnknownClaim { .. } => "UnknownClaim",
+            ClaimMissing { .. } => "ClaimMissing",
             DuplicateClaim { .. } => "DuplicateClaim",
             TemplateClaimReferenced { .. } => "TemplateClaimReferenced",
             ClaimDeleting { .. } => "ClaimDeleting",
             ClaimInUse { .. } => "ClaimInUse",
-            UnknownClass { .. } => "UnknownClass",
+            ClassMissing { .. } => "ClassMissing",
             HeldClaimsOnDifferentNodes { .. } => "HeldClaimsOnDifferentNodes",
             CountNotPositive { .. } => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
             TooManyUnits { .. } => "TooManyUnits",
-            CapacityShort { .. } => "CapacityShort",
-            BudgetShort { .. } => "BudgetShort",
+            NoCapacity { .. } => "NoCapacity",
+            Self::BudgetExceeded(_) => model::BudgetExceeded::REASON,
         }
     }
 
@@ -197,9 +197,9 @@ pub fn admit_vmi_with(view: &View, vmi: &Vmi, variant: &Variant) -> Result<VmiPa
         refuse_short(view, &vmi.namespace, &attachments)?;
     }
     let gpus = unit_devices(view, &attachments)?;
-    let annotation = attachments_json(&attachments);
+    let annotation = Parsed::written(attachments);
     let mut patch = VmiPatch::default();
-    if vmi.annotations.get(keys::ANNOTATION_ATTACHMENTS) != Some(&annotation) {
+    if vmi.annotations.get(keys::ANNOTATION_ATTACHMENTS).map(String::as_str) != Some(annotation.text()) {
         patch.attachments = Some(annotation);
     }
     if vmi.gpus.is_empty() {
@@ -218,7 +218,7 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
     for attachment in attachments {
         match attachment.claim.as_deref().and_then(|name| view.claim(namespace, name)) {
             Some(held) if held.node.is_none() => {
-                return Err(VmiRefusal::CapacityShort {
+                return Err(VmiRefusal::NoCapacity {
                     class: held.class.to_string(),
                     count: u64::from(held.count),
                     largest_free_on_node: view.class(&held.class).map_or(0, |c| c.published.largest_free_on_node),
@@ -233,25 +233,20 @@ fn refuse_short(view: &View, namespace: &str, attachments: &[Attachment]) -> Res
         let Some(class) = view.class(class_name) else { continue };
         let largest_free_on_node = class.published.largest_free_on_node;
         if count > largest_free_on_node {
-            return Err(VmiRefusal::CapacityShort { class: class_name.to_owned(), count, largest_free_on_node });
+            return Err(VmiRefusal::NoCapacity { class: class_name.to_owned(), count, largest_free_on_node });
         }
-        if let Some(budget) = tenant.and_then(|t| t.budget(class_name)) {
-            let bound = tenant.map_or(0, |t| t.units_bound(class_name));
-            if bound + count > budget {
-                return Err(VmiRefusal::BudgetShort { class: class_name.to_owned(), count, bound, budget });
-            }
-        }
+        check_budget(tenant, class_name, count, |t| t.units_bound(class_name)).map_err(VmiRefusal::BudgetExceeded)?;
     }
     Ok(())
 }
 
-fn read_references(vmi: &Vmi) -> Result<Vec<GpuEntry>, VmiRefusal> {
-    let Some(json) = vmi.annotations.get(keys::ANNOTATION_CLAIMS) else {
+fn read_references(vmi: &Vmi) -> Result<Cow<'_, [GpuEntry]>, VmiRefusal> {
+    let Some(entries) = vmi.references() else {
         return Err(VmiRefusal::MalformedReferences {
             detail: format!("the VMI carries label {} but not the annotation", keys::LABEL_CLAIMS),
         });
     };
-    let entries = parse_entries(json).map_err(|e| VmiRefusal::MalformedReferences { detail: e.to_string() })?;
+    let entries = entries.map_err(|detail| VmiRefusal::MalformedReferences { detail })?;
     if entries.is_empty() {
         return Err(VmiRefusal::NoReferences);
     }
@@ -274,7 +269,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                     return Err(VmiRefusal::DuplicateClaim { claim: name.clone() });
                 }
                 let claim =
-                    view.claim(namespace, name).ok_or_else(|| VmiRefusal::UnknownClaim { claim: name.clone() })?;
+                    view.claim(namespace, name).ok_or_else(|| VmiRefusal::ClaimMissing { claim: name.clone() })?;
                 if claim.template {
                     return Err(VmiRefusal::TemplateClaimReferenced { claim: name.clone() });
                 }
@@ -287,7 +282,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
                     return Err(VmiRefusal::ClaimInUse { claim: name.clone(), vmi: holder.name.to_string() });
                 }
                 if view.class(&claim.class).is_none() {
-                    return Err(VmiRefusal::UnknownClass { class: claim.class.to_string() });
+                    return Err(VmiRefusal::ClassMissing { class: claim.class.to_string() });
                 }
                 if let Some(node) = claim.node.as_deref() {
                     match first_bound {
@@ -308,7 +303,7 @@ fn resolve(view: &View, namespace: &str, vmi_name: &str, entries: &[GpuEntry]) -
             GpuEntry::ClaimTemplate(template) => {
                 let class = view
                     .class(&template.class)
-                    .ok_or_else(|| VmiRefusal::UnknownClass { class: template.class.clone() })?;
+                    .ok_or_else(|| VmiRefusal::ClassMissing { class: template.class.clone() })?;
                 if template.count == 0 {
                     return Err(VmiRefusal::CountNotPositive { class: class.name.clone() });
                 }
@@ -371,13 +366,13 @@ mod tests {
         let patch =
             admit_vmi(&platform(), &vmi(r#"[{"claim":"train-a"},{"claimTemplate":{"class":"h100","count":2}}]"#))
                 .unwrap();
-        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        let attachments = parse_attachments(patch.attachments.as_ref().map(Parsed::text).unwrap()).unwrap();
         assert_eq!(
             attachments,
             vec![Attachment::held("train-a", "uid-tenant-a-train-a", "h100", 1), Attachment::template(0, "h100", 2)]
         );
         assert_eq!(
-            patch.attachments.as_deref(),
+            patch.attachments.as_ref().map(Parsed::text),
             Some(
                 r#"[{"claim":"train-a","uid":"uid-tenant-a-train-a","class":"h100","count":1},{"template":0,"class":"h100","count":2}]"#
             )
@@ -394,7 +389,7 @@ mod tests {
             &vmi(r#"[{"claimTemplate":{"class":"h100","count":1}},{"claim":"train-a"},{"claimTemplate":{"class":"a100-40c","count":1}}]"#),
         )
         .unwrap();
-        let attachments = parse_attachments(patch.attachments.as_deref().unwrap()).unwrap();
+        let attachments = parse_attachments(patch.attachments.as_ref().map(Parsed::text).unwrap()).unwrap();
         assert_eq!(attachments[0].template, Some(0));
         assert_eq!(attachments[2].template, Some(1));
         let devices: Vec<_> = patch.gpus.unwrap().into_iter().map(|g| g.device_name).collect();
@@ -408,15 +403,16 @@ mod tests {
         let nine =
             vmi(r#"[{"claimTemplate":{"class":"h100","count":5}},{"claimTemplate":{"class":"h100","count":4}}]"#);
         let refusal = admit_vmi_with(&platform(), &nine, &refusing).unwrap_err();
-        assert_eq!(refusal, VmiRefusal::CapacityShort { class: "h100".into(), count: 9, largest_free_on_node: 8 });
-        assert_eq!(refusal.reason(), "CapacityShort");
+        assert_eq!(refusal, VmiRefusal::NoCapacity { class: "h100".into(), count: 9, largest_free_on_node: 8 });
+        assert_eq!(refusal.reason(), "NoCapacity");
         assert_eq!(
             refusal.to_string(),
             "the VMI needs 9 units of GPU class \"h100\" on one node; at most 8 are free on any node"
         );
         let six = vmi(r#"[{"claimTemplate":{"class":"h100","count":6}}]"#);
         let refusal = admit_vmi_with(&platform(), &six, &refusing).unwrap_err();
-        assert_eq!(refusal, VmiRefusal::BudgetShort { class: "h100".into(), count: 6, bound: 3, budget: 8 });
+        let refused = BudgetExceeded { class: "h100".into(), units: 6, counted: 3, budget: 8 };
+        assert_eq!(refusal, VmiRefusal::BudgetExceeded(refused));
         assert_eq!(
             refusal.to_string(),
             "the VMI orders 6 units of GPU class \"h100\"; the namespace holds 3 of its budget of 8"
@@ -441,6 +437,9 @@ mod tests {
         let patch = admit_vmi(&platform(), &v).unwrap();
         patch.apply(&mut v);
         assert_eq!(admit_vmi(&platform(), &v), Ok(VmiPatch::default()));
+        // The patch leaves what it wrote with what it reads as, for the VMI's pods to copy.
+        let kept = v.attachments_read.kept().map(Parsed::text);
+        assert_eq!(kept, v.annotations.get(keys::ANNOTATION_ATTACHMENTS).map(String::as_str));
     }
 
     #[test]
@@ -449,7 +448,7 @@ mod tests {
         Arc::make_mut(&mut v.annotations)
             .insert(keys::ANNOTATION_ATTACHMENTS.into(), r#"[{"claim":"x","class":"h100","count":9}]"#.into());
         let patch = admit_vmi(&platform(), &v).unwrap();
-        assert!(patch.attachments.unwrap().contains("train-a"));
+        assert!(patch.attachments.unwrap().text().contains("train-a"));
     }
 
     #[test]
@@ -475,7 +474,7 @@ mod tests {
         let cases: Vec<(&str, VmiRefusal, &str)> = vec![
             (
                 r#"[{"claim":"ghost"}]"#,
-                VmiRefusal::UnknownClaim { claim: "ghost".into() },
+                VmiRefusal::ClaimMissing { claim: "ghost".into() },
                 r#"GPU claim "ghost" does not exist in this namespace"#,
             ),
             (
@@ -505,7 +504,7 @@ mod tests {
             ),
             (
                 r#"[{"claimTemplate":{"class":"l40","count":1}}]"#,
-                VmiRefusal::UnknownClass { class: "l40".into() },
+                VmiRefusal::ClassMissing { class: "l40".into() },
                 r#"GPU class "l40" does not exist"#,
             ),
             (
@@ -561,7 +560,7 @@ mod tests {
         view.remove_class("h100");
         assert_eq!(
             admit_vmi(&view, &vmi(r#"[{"claim":"train-a"}]"#)),
-            Err(VmiRefusal::UnknownClass { class: "h100".into() })
+            Err(VmiRefusal::ClassMissing { class: "h100".into() })
         );
     }
 

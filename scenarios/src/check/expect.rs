@@ -7,7 +7,7 @@
 //! - {by: 2m, vm: tenant-a/train, phase: Running}
 //! - {never: true, vm: tenant-a/train, status: CrashLoopBackOff}
 //! - {at: 10m, pod: {vm: tenant-a/train, role: launcher}, state: Gated, waiting: NoCapacity}
-//! - {at: end, figure: "refusals/FailedCreate:CapacityShort", atLeast: 3, variants: [refuse-at-admission]}
+//! - {at: end, figure: "refusals/FailedCreate:NoCapacity", atLeast: 3, variants: [refuse-at-admission]}
 //! - {invariant: UngatedWithoutPin, variants: [two-update-pin]}
 //! ```
 
@@ -131,7 +131,7 @@ pub enum Figure {
     ControllerPasses,
     /// Passes taken again because confirming their pins found the controller's cache behind on a pin's node.
     PinsRechecked,
-    /// `refusals/<what>:<reason>` (the run's refusal counts, e.g. `FailedCreate:CapacityShort`).
+    /// `refusals/<what>:<reason>` (the run's refusal counts, e.g. `FailedCreate:NoCapacity`).
     Refusals(String),
     /// `tenantWrites/<write>`: a tenant's writes of that kind that landed.
     TenantWrites(String),

@@ -16,7 +16,6 @@ use gpuclaim_engine::controller::{Action, Changes, reconcile_changes_with, templ
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::pod_role;
 use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
-use gpuclaim_engine::references::parse_attachments;
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::apiserver::Kind;
@@ -146,13 +145,9 @@ impl Attachments {
     /// The pod's attachments (a run's template claims are named after its VMI).
     fn read(pod: &Pod) -> Attachments {
         let vmi = pod.owner_vmi.as_ref().map_or("", |vmi| vmi.name.as_str());
-        let listed = pod
-            .annotations
-            .get(keys::ANNOTATION_ATTACHMENTS)
-            .and_then(|json| parse_attachments(json).ok())
-            .unwrap_or_default();
+        let listed = pod.attachments().and_then(Result::ok).unwrap_or_default();
         let mut units: BTreeMap<String, u64> = BTreeMap::new();
-        for attachment in &listed {
+        for attachment in listed.iter() {
             *units.entry(attachment.class.clone()).or_default() += u64::from(attachment.count);
         }
         let claims = listed.iter().filter_map(|a| match (&a.claim, a.template) {

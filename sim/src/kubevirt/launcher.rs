@@ -103,5 +103,7 @@ pub fn render_launcher(
         devices: Arc::new(devices),
         owner_vmi: Some(vmi.reference()),
         waiting: None,
+        // The attachments annotation is copied above: what it reads as goes with it.
+        attachments_read: vmi.attachments_read.clone(),
     }
 }

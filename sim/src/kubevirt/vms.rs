@@ -84,7 +84,9 @@ impl World {
             Ok(VmRender::Raw(gpus)) => vmi.gpus = gpus.into(),
             Ok(VmRender::References { annotation }) => {
                 Arc::make_mut(&mut vmi.labels).insert(keys::LABEL_CLAIMS.to_owned(), keys::TRUE.to_owned());
-                Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_CLAIMS.to_owned(), annotation);
+                let value = annotation.text().to_owned();
+                Arc::make_mut(&mut vmi.annotations).insert(keys::ANNOTATION_CLAIMS.to_owned(), value);
+                vmi.references_read.set(annotation);
             }
             Err(refusal) => {
                 let reason = gpuclaim_engine::rules::Refusal::reason(&refusal);
