@@ -26,7 +26,6 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 
-use crate::health::Tasks;
 use crate::shared::{SharedView, ViewPoisoned};
 
 /// The kinds cached.
@@ -144,13 +143,13 @@ impl Caches {
         }
     }
 
-    /// Starts one watcher per kind as an essential task of `tasks`; they run until aborted (at shutdown).
-    pub fn start(
+    /// One watcher per kind, each named (`the gpuclaims cache's watch`): the caller runs them as essential tasks
+    /// (health.rs), until aborted at shutdown.
+    pub fn watches(
         self: &Arc<Self>,
         client: &kube::Client,
         controller_namespace: &str,
-        tasks: &Arc<Tasks>,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
+    ) -> Vec<(String, BoxFuture<'static, ()>)> {
         let claims_pods = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_CLAIMS, keys::TRUE));
         // Pods on nodes that still hold resources: what else takes devices, CPU and memory where claims go.
         let other_pods = watcher::Config::default()
@@ -182,10 +181,7 @@ impl Caches {
                     .boxed(),
             ),
         ];
-        watches
-            .into_iter()
-            .map(|(kind, watch)| tasks.spawn(format!("the {} cache's watch", kind.name()), watch))
-            .collect()
+        watches.into_iter().map(|(kind, watch)| (format!("the {} cache's watch", kind.name()), watch)).collect()
     }
 }
 

@@ -102,7 +102,11 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let view = SharedView::new(View::default());
     let metrics = Arc::new(Metrics::new());
     let caches = Caches::new(view.clone());
-    let mut background = caches.start(&client, &config.controller_namespace, &tasks);
+    let mut background: Vec<_> = caches
+        .watches(&client, &config.controller_namespace)
+        .into_iter()
+        .map(|(name, watch)| tasks.spawn(name, watch))
+        .collect();
     background.push(tasks.spawn("the certificate reload", certificate.clone().watch(RELOAD_INTERVAL)));
 
     let listener = bind("webhooks", config.webhook_address)?;

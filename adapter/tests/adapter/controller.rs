@@ -124,7 +124,9 @@ impl Controller {
         let api = FakeApi::start(store.router()).await;
         let caches = Caches::new(SharedView::default());
         let tasks = Tasks::new();
-        caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE, &tasks);
+        for (name, watch) in caches.watches(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE) {
+            tasks.spawn(name, watch);
+        }
         let mut synced = caches.synced();
         tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
             .await
@@ -190,7 +192,9 @@ async fn readiness_waits_for_the_caches_the_webhooks_read_and_the_view_holds_the
         )
     );
 
-    caches.start(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE, &tasks);
+    for (name, watch) in caches.watches(&api.client, keys::DEFAULT_CONTROLLER_NAMESPACE) {
+        tasks.spawn(name, watch);
+    }
     let mut synced = caches.synced();
     tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| s.len() == CacheKind::ALL.len()))
         .await

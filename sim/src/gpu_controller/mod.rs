@@ -1,9 +1,10 @@
 //! The GPU controller as it runs in a cluster, in one place: one replica's process driven in virtual time (this
 //! file: its own cache, fed by the API server's watch after a lag, and the engine's controller runtime —
 //! `engine::controller::runtime`, the loop the live adapter drives too — deciding when to pass, over what, what to
-//! confirm and when to retry), its Deployment ([`deployment`]: replicas, leader election, evictions), and its
+//! confirm and when to retry), its Deployment ([`deployment`]: replicas, the lease, the timings), and its
 //! handlers of the world's events (`handlers`: watch deliveries, wakes, and the world as its [`Cluster`]: the API
-//! server as the controller's service account, the event log, the scheduler set going by a pin).
+//! server as the controller's service account, the event log, the scheduler set going by a pin; `replicas`: the
+//! Deployment's replicas crashing, restarting, evicted, and the leader election among them).
 //!
 //! This file only drives the runtime: it hands it watch events and the outcomes of what it asked for, and does what
 //! it asks through a [`Cluster`]. The handlers are `impl World` blocks, as every actor's are (see
@@ -11,6 +12,7 @@
 
 pub mod deployment;
 mod handlers;
+mod replicas;
 
 use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::{

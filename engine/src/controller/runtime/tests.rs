@@ -273,13 +273,17 @@ fn waiting_world(vms: &[(&str, u64)]) -> View {
     view
 }
 
+/// A leading process and the API server, both holding [`waiting_world`].
+fn started(vms: &[(&str, u64)]) -> (FakeCluster, Process) {
+    let store = waiting_world(vms);
+    (FakeCluster::new(store.clone()), Process::leading(store))
+}
+
 const POD_1: &str = "Pod tenant-a/virt-launcher-vm-1-abcde";
 
 #[test]
 fn a_replica_reconciles_only_while_it_leads_and_a_new_leader_passes_over_everything_at_once() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     process.runtime.set_leading(false);
     assert_eq!(process.run(&mut cluster, ms(0)), None, "a standby waits for leadership");
     assert!(process.asked.is_empty());
@@ -294,9 +298,7 @@ fn a_replica_reconciles_only_while_it_leads_and_a_new_leader_passes_over_everyth
 
 #[test]
 fn a_refused_write_stops_the_pass_and_is_tried_again_after_its_objects_backoff() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     cluster.refusals.extend([Outcome::Failed, Outcome::Failed]);
     let first = process.run(&mut cluster, ms(0));
     assert_eq!(first, Some(ms(5)), "5 ms after the first refusal of that object");
@@ -313,9 +315,7 @@ fn a_refused_write_stops_the_pass_and_is_tried_again_after_its_objects_backoff()
 
 #[test]
 fn a_stale_write_reads_its_object_again_before_the_retry() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     // Someone else changed the pod after the cache read it: the pin is refused as stale.
     cluster.store.edit_pod("tenant-a", "virt-launcher-vm-1-abcde", |pod| pod.resource_version = "7".into());
     let wake_at = process.run(&mut cluster, ms(0));
@@ -329,9 +329,7 @@ fn a_stale_write_reads_its_object_again_before_the_retry() {
 
 #[test]
 fn a_watch_event_the_filter_keeps_cuts_a_backoff_short_and_a_quiet_one_does_not() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     cluster.refusals.extend([Outcome::Failed]);
     assert_eq!(process.run(&mut cluster, ms(0)), Some(ms(5)));
     let passes = process.runtime.stats().passes;
@@ -358,26 +356,20 @@ fn a_watch_event_the_filter_keeps_cuts_a_backoff_short_and_a_quiet_one_does_not(
 fn the_echo_of_own_writes_is_served_after_the_echo_delay_only_while_something_waits() {
     // Nothing fits vm-2 (9 units on nodes of 8 and 4) until vm-1 ends, so it waits; its waiting condition is an
     // own write that wakes the filter, and something still waits: the echo is served 100 ms later.
-    let store = waiting_world(&[("vm-1", 3), ("vm-2", 9)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3), ("vm-2", 9)]);
     let wake_at = process.run(&mut cluster, ms(0));
     assert_eq!(wake_at, Some(after(ms(0), ECHO_DELAY)), "{:#?}", process.asked);
     let passes = process.runtime.stats().passes;
     assert_eq!(process.run(&mut cluster, after(ms(0), ECHO_DELAY)), Some(after(ms(0), RESYNC_PERIOD)));
     assert_eq!(process.runtime.stats().passes, passes + 1, "the echo's pass, which writes nothing");
     // With nothing waiting, own writes need no echo: the next wake is the resync.
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), RESYNC_PERIOD)));
 }
 
 #[test]
 fn pins_are_confirmed_before_anything_is_written_and_a_node_that_moved_takes_the_pass_again() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     // kube-scheduler bound a raw-device pod on gpu-2 that the cache has not seen: 2 of its 4 units are taken.
     let mut raw = gated_launcher("tenant-b", "raw", "[]", H100, 2, at(0));
     std::sync::Arc::make_mut(&mut raw.labels).clear();
@@ -390,9 +382,7 @@ fn pins_are_confirmed_before_anything_is_written_and_a_node_that_moved_takes_the
     let placed = cluster.store.claim("tenant-a", "vm-1-gpu-0").expect("created");
     assert_eq!(placed.node.as_deref(), Some("gpu-1"), "placed where the units are free");
     // The counterfactual writes from its cache alone.
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     process.runtime.set_variant(Variant { unconfirmed_pins: true, ..Variant::SHIPPED });
     process.run(&mut cluster, ms(0));
     assert!(process.asked.iter().all(|a| !a.starts_with("confirm")), "{:#?}", process.asked);
@@ -400,9 +390,7 @@ fn pins_are_confirmed_before_anything_is_written_and_a_node_that_moved_takes_the
 
 #[test]
 fn the_resync_passes_over_everything_every_resync_period() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), RESYNC_PERIOD)));
     let due = after(ms(0), RESYNC_PERIOD);
     assert_eq!(process.run(&mut cluster, ms(1_000)), Some(due), "nothing happens before it");
@@ -413,9 +401,7 @@ fn the_resync_passes_over_everything_every_resync_period() {
 
 #[test]
 fn a_write_not_sent_drops_the_pass_and_tries_again_in_full() {
-    let store = waiting_world(&[("vm-1", 3)]);
-    let mut cluster = FakeCluster::new(store.clone());
-    let mut process = Process::leading(store);
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
     cluster.refusals.extend([Outcome::NotSent]);
     assert_eq!(process.run(&mut cluster, ms(0)), Some(after(ms(0), NOT_LEADING_RETRY)));
     assert_eq!(process.runtime.stats().refused, 0, "not a refusal: nothing was sent");
