@@ -29,6 +29,7 @@ pub struct Metrics {
     allocatable_units: Family<Labels, Gauge>,
     free_units: Family<Labels, Gauge>,
     largest_free_on_node: Family<Labels, Gauge>,
+    fragmented_units: Family<Labels, Gauge>,
     claims: Family<Labels, Gauge>,
     leader: Gauge,
 }
@@ -87,6 +88,12 @@ impl Metrics {
             "The most free units of a class on one node",
             largest_free_on_node.clone(),
         );
+        let fragmented_units = Family::<Labels, Gauge>::default();
+        registry.register(
+            "class_fragmented_units",
+            "Free units of a class on nodes that cannot take its most common claim size",
+            fragmented_units.clone(),
+        );
         let claims = Family::<Labels, Gauge>::default();
         registry.register("claims", "GPU claims by phase", claims.clone());
         let leader = Gauge::default();
@@ -102,6 +109,7 @@ impl Metrics {
             allocatable_units,
             free_units,
             largest_free_on_node,
+            fragmented_units,
             claims,
             leader,
         }
@@ -151,6 +159,7 @@ impl Metrics {
         self.allocatable_units.clear();
         self.free_units.clear();
         self.largest_free_on_node.clear();
+        self.fragmented_units.clear();
         for class in view.classes() {
             let labels = vec![("class", class.name.clone())];
             let set = |family: &Family<Labels, Gauge>, units: u64| {
@@ -159,6 +168,7 @@ impl Metrics {
             set(&self.allocatable_units, class.published.allocatable_units);
             set(&self.free_units, class.published.free_units);
             set(&self.largest_free_on_node, class.published.largest_free_on_node);
+            set(&self.fragmented_units, class.published.fragmented_units);
         }
 
         let mut phases = [(ClaimPhase::Pending, 0_i64), (ClaimPhase::Bound, 0), (ClaimPhase::Attached, 0)];

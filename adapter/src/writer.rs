@@ -572,6 +572,7 @@ pub fn publish_patch(version: &str, published: &Published) -> Value {
             "allocatableUnits": published.allocatable_units,
             "freeUnits": published.free_units,
             "largestFreeOnNode": published.largest_free_on_node,
+            "fragmentedUnits": published.fragmented_units,
         }
     })
 }

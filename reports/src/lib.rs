@@ -16,6 +16,7 @@
 
 pub mod charts;
 pub mod erlang;
+pub mod fill;
 pub mod render;
 pub mod run;
 pub mod stats;
@@ -68,6 +69,23 @@ pub struct VariantSummary {
     /// Series over seeds by name (`utilisation:<class>`, `gate_queue`, ...), for the charts.
     #[serde(skip)]
     pub series: BTreeMap<String, SeriesSpread>,
+    /// A fill's curve over seeds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<FillCurve>,
+}
+
+/// A fill's curve over seeds: per point (% of the cluster's units arrived), the share of them allocated, the
+/// seeds' median and range.
+#[derive(Clone, Debug, Serialize)]
+pub struct FillCurve {
+    pub arrived_pct: Vec<f64>,
+    pub allocated_p50: Vec<f64>,
+    pub allocated_min: Vec<f64>,
+    pub allocated_max: Vec<f64>,
+    /// The units arrived and not allocated, as a share of the cluster's.
+    pub waiting_p50: Vec<f64>,
+    pub waiting_min: Vec<f64>,
+    pub waiting_max: Vec<f64>,
 }
 
 /// One node count a compaction search tried.
@@ -115,7 +133,16 @@ pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync
     let runs = parallel(&plan, jobs, progress, |&(v, seed)| {
         let variant = &study.variants[v];
         let classes = study.slo.as_ref().map_or(&[][..], |slo| &slo.classes[..]);
-        run_one(&variant.name, &scenarios[v], variant.engine, seed, study.samples, study.warmup, classes)
+        let (scenario, samples, warmup) = (&scenarios[v], study.samples, study.warmup);
+        match study.fill {
+            None => run_one(&variant.name, scenario, variant.engine, seed, samples, warmup, classes, None),
+            Some(resample_to) => {
+                let fail = |reason: String| RunError { variant: variant.name.clone(), seed, reason };
+                let (tree, fill) = fill::fill_scenario(&variant.scenario, seed, resample_to).map_err(fail)?;
+                let scenario = to_scenario(&tree).map_err(fail)?;
+                run_one(&variant.name, &scenario, variant.engine, seed, samples, warmup, classes, Some(&fill))
+            }
+        }
     })?;
     let variants = study
         .variants
@@ -153,7 +180,25 @@ fn summarise(study: &Study, variant: &study::Variant, runs: &[&RunResult]) -> Va
         add("gate_queue".to_owned(), &|r| Some(&r.series.gate_queue));
         add("crash_loop".to_owned(), &|r| Some(&r.series.crash_loop));
     }
+    let fill = runs.iter().any(|r| !r.fill.is_empty()).then(|| {
+        let points = runs.iter().map(|r| r.fill.len()).min().unwrap_or(0);
+        let arrived: Vec<f64> = (1..=points).map(|x| x as f64).collect();
+        let curves: Vec<&[f64]> = runs.iter().map(|r| &r.fill[..points]).collect();
+        let spread = series_spread(&arrived, &curves);
+        let waiting: Vec<&[f64]> = runs.iter().map(|r| &r.fill_waiting[..points]).collect();
+        let waiting = series_spread(&arrived, &waiting);
+        FillCurve {
+            arrived_pct: spread.t_hours,
+            allocated_p50: spread.p50,
+            allocated_min: spread.min,
+            allocated_max: spread.max,
+            waiting_p50: waiting.p50,
+            waiting_min: waiting.min,
+            waiting_max: waiting.max,
+        }
+    });
     VariantSummary {
+        fill,
         name: variant.name.clone(),
         description: variant.description.clone(),
         engine: variant.engine,
@@ -183,7 +228,7 @@ fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> 
             runs: study.seeds.len() as u64,
         });
         let runs = parallel(&study.seeds, jobs, progress, |&seed| {
-            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup, &slo.classes)
+            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup, &slo.classes, None)
         })?;
         let values: Vec<f64> = runs.iter().map(|r| r.scalars.get(&slo.scalar()).copied().unwrap_or(0.0)).collect();
         let spread = stats::spread(&values);
