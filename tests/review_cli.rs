@@ -769,7 +769,7 @@ fn objects_file_with_bad_yaml_exits_2_naming_the_document_and_line() {
         &run,
         &format!(
             "objects {}: document 2: field (document): not valid YAML: mapping values are not allowed in this \
-             context at line 17 column 14",
+             context at line 17, column 14",
             path.display()
         ),
     );
