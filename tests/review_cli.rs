@@ -1069,7 +1069,7 @@ fn crds_prints_three_crds() {
         .stdout
         .split("---\n")
         .filter(|document| !document.trim().is_empty())
-        .map(|document| serde_yaml_ng::from_str(document).expect("each document is YAML"))
+        .map(|document| gpuclaim_engine::yaml::from_str(document).expect("each document is YAML"))
         .collect();
     let summary: Vec<(&str, &str, &str, &str)> = crds
         .iter()
