@@ -422,3 +422,21 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ShardErro
         std::fs::read_to_string(path).map_err(|e| ShardError::Read { path: path.to_owned(), reason: e.to_string() })?;
     serde_json::from_str(&text).map_err(|e| ShardError::Read { path: path.to_owned(), reason: e.to_string() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Shard;
+
+    #[test]
+    fn a_shard_is_i_of_n_from_one_and_takes_every_nth_run() {
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { number: 2, count: 3 }));
+        for bad in ["0/3", "4/3", "3", "a/b", "1/0", "1/10001"] {
+            let error = bad.parse::<Shard>().unwrap_err();
+            assert!(error.contains("a shard is I/N, with 1 ≤ I ≤ N"), "{bad}: {error}");
+        }
+        let shard: Shard = "2/3".parse().unwrap();
+        assert_eq!((0..9).filter(|p| shard.takes(*p)).collect::<Vec<_>>(), [1, 4, 7]);
+        let all: Vec<usize> = (0..10).filter(|p| (1..=3).any(|i| Shard { number: i, count: 3 }.takes(*p))).collect();
+        assert_eq!(all, (0..10).collect::<Vec<_>>(), "every run is some shard's, once");
+    }
+}

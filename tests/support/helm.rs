@@ -21,6 +21,11 @@ pub fn chart() -> PathBuf {
     repository().join("charts/gpuclaim")
 }
 
+/// `charts/gpuclaim-whatif`, a what-if study as Kubernetes Jobs.
+pub fn whatif_chart() -> PathBuf {
+    repository().join("charts/gpuclaim-whatif")
+}
+
 /// `charts/virtual-machine`, the tenant's VM chart.
 pub fn vm_chart() -> PathBuf {
     repository().join("charts/virtual-machine")
