@@ -10,7 +10,7 @@ use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
 use gpuclaim_sim::world::World;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuclaim_engine::references::GpuEntry;
 
@@ -29,7 +29,7 @@ pub struct RunError {
 }
 
 /// Values over time, one per sample point.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
     /// Sample times, in hours since the start.
     pub t_hours: Vec<f64>,
@@ -46,7 +46,7 @@ pub struct Series {
 }
 
 /// What one run measured. `scalars` holds every figure the report aggregates across seeds, by a stable name.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub variant: String,
     pub seed: u64,
@@ -54,14 +54,13 @@ pub struct RunResult {
     pub scalars: BTreeMap<String, f64>,
     /// Refusals after the warm-up, by `<what>:<reason>`.
     pub refusals: BTreeMap<String, u64>,
-    #[serde(skip)]
     pub series: Series,
     /// A fill's curve: the share of the cluster's units allocated at 1, 2, … % of them arrived (empty unless the
-    /// study fills).
-    #[serde(skip)]
+    /// study fills). Written with the run (a shard's run is merged from its JSON), left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fill: Vec<f64>,
     /// At the same points, the units arrived and not allocated (waiting), as a share of the cluster's.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fill_waiting: Vec<f64>,
 }
 

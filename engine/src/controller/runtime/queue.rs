@@ -43,10 +43,11 @@ impl WorkQueue {
     /// A watch event: into the cache, its keys onto the queue. Returns whether it woke the queue (a pass has work).
     pub fn observe(&mut self, cache: &mut View, change: Change) -> bool {
         if !self.tombstones.is_empty() {
-            if self.buried(&change) {
+            let (key, revision) = (change.key(), change.revision());
+            if self.tombstones.get(&key).is_some_and(|deleted| revision <= *deleted) {
                 return false;
             }
-            self.passed(change.key().kind, change.revision());
+            self.passed(key.kind, revision);
         }
         let Some(touched) = observe(cache, change) else { return false };
         let woke = queue(&mut self.keys, touched);
