@@ -4,6 +4,7 @@
 //! Gauges that describe the cluster are set from the view after each reconcile pass ([`Metrics::observe_view`]),
 //! so they say what the controller decided on, and a class or phase that disappears loses its series.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ pub struct Metrics {
     writes: Family<Labels, Counter>,
     pins_rechecked: Counter,
     gated_pods: Gauge,
+    gated_pods_waiting: Family<Labels, Gauge>,
     gated_wait_seconds_max: Gauge<f64, AtomicU64>,
     allocatable_units: Family<Labels, Gauge>,
     free_units: Family<Labels, Gauge>,
@@ -72,6 +74,12 @@ impl Metrics {
         );
         let gated_pods = Gauge::default();
         registry.register("gated_pods", "Pods waiting at the placement gate", gated_pods.clone());
+        let gated_pods_waiting = Family::<Labels, Gauge>::default();
+        registry.register(
+            "gated_pods_waiting",
+            "Pods at the placement gate by the reason their Placement condition gives (NoCapacity, Fragmented, ...)",
+            gated_pods_waiting.clone(),
+        );
         let gated_wait_seconds_max = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "gated_pod_wait_seconds_max",
@@ -105,6 +113,7 @@ impl Metrics {
             writes,
             pins_rechecked,
             gated_pods,
+            gated_pods_waiting,
             gated_wait_seconds_max,
             allocatable_units,
             free_units,
@@ -155,6 +164,15 @@ impl Metrics {
             now.duration_since(*created).as_secs_f64().max(0.0) // a pod from the future (clock skew) waited 0 s
         });
         self.gated_wait_seconds_max.set(oldest);
+        // By reason; a pod no pass has judged yet has none.
+        let mut by_reason: BTreeMap<&str, i64> = BTreeMap::new();
+        for pod in view.gated_pods() {
+            *by_reason.entry(pod.waiting.as_ref().map_or("", |w| w.reason.as_str())).or_insert(0) += 1;
+        }
+        self.gated_pods_waiting.clear();
+        for (reason, pods) in by_reason.into_iter().filter(|(reason, _)| !reason.is_empty()) {
+            self.gated_pods_waiting.get_or_create(&vec![("reason", reason.to_owned())]).set(pods);
+        }
 
         self.allocatable_units.clear();
         self.free_units.clear();
