@@ -207,3 +207,40 @@ impl Metrics {
         text
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use gpuclaim_engine::fixtures::{self, gated_launcher};
+    use gpuclaim_engine::model::{GpuMode, Reason};
+
+    use super::*;
+
+    #[test]
+    fn the_class_figures_and_the_gated_pods_by_reason_are_exported() {
+        let resource = "nvidia.com/GH100_H100_SXM5_80GB";
+        let now = Time::from_second(1_800_000_000).unwrap();
+        let mut view = View::default();
+        let mut h100 = fixtures::class("h100", resource, GpuMode::Passthrough, 8, 2);
+        h100.published.fragmented_units = 4;
+        view.upsert_class(h100);
+        for (vm, reason) in [("four", Some("Fragmented")), ("five", Some("NoCapacity")), ("new", None)] {
+            let mut pod = gated_launcher("tenant-a", vm, "[]", resource, 4, now);
+            pod.waiting = reason.map(|reason| Reason { reason: reason.to_owned(), message: String::new() });
+            view.upsert_pod(pod);
+        }
+        let metrics = Metrics::new();
+        metrics.observe_view(&view, now);
+        let text = metrics.encode();
+        for line in [
+            r#"gpuclaim_class_fragmented_units{class="h100"} 4"#,
+            r#"gpuclaim_class_largest_free_on_node_units{class="h100"} 2"#,
+            "gpuclaim_gated_pods 3",
+            r#"gpuclaim_gated_pods_waiting{reason="Fragmented"} 1"#,
+            r#"gpuclaim_gated_pods_waiting{reason="NoCapacity"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        // A pod no pass has judged yet is counted at the gate, under no reason.
+        assert_eq!(text.lines().filter(|l| l.starts_with("gpuclaim_gated_pods_waiting{")).count(), 2);
+    }
+}

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gpuclaim_reports::run::RunResult;
 use gpuclaim_reports::run_study;
 use gpuclaim_reports::study::{Study, load_study};
 use serde_json::Value;
@@ -78,6 +79,10 @@ fn a_fill_of_one_unit_vms_allocates_every_unit_until_the_cluster_is_full() {
     assert_eq!(figure(&report, "best-fit", "fill_arrivals"), 11.0);
     // Three VMs wait at the end, for units the class does not have.
     assert_eq!(figure(&report, "best-fit", "fill_waiting_at_end:NoCapacity"), 3.0);
+    // A shard writes each run as JSON and the merge reads it back: the curve comes back exactly.
+    let run = &report.runs[0];
+    let back: RunResult = serde_json::from_str(&serde_json::to_string(run).unwrap()).unwrap();
+    assert_eq!((&back, back.fill.len(), back.fill_waiting.len()), (run, 130, 130));
 }
 
 #[test]

@@ -270,10 +270,7 @@ mod tests {
         let refusal = order(5).unwrap_err();
         assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 5, free_units: 4 });
         assert_eq!(refusal.reason(), "NoCapacity");
-        assert_eq!(
-            refusal.to_string(),
-            r#"spec.count 5 is more than the 4 units of GPU class "h100" free in total"#
-        );
+        assert_eq!(refusal.to_string(), r#"spec.count 5 is more than the 4 units of GPU class "h100" free in total"#);
         assert_eq!(order(2), Ok(()));
     }
 
