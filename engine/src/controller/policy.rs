@@ -43,7 +43,9 @@ where
 
 impl<'v> Pass<'v> {
     /// Nodes offering `class` with at least `units` free after this pass's decisions, in the order the class's
-    /// policy tries them.
+    /// policy tries them. The three walks are three types, named here rather than boxed: a placement allocates no
+    /// walk.
+    #[allow(clippy::type_complexity)]
     pub(super) fn candidates<'a>(
         &'a self,
         class: &'a Class,
