@@ -196,3 +196,43 @@ fn a_held_claim_waits_fragmented_or_for_capacity_on_the_seven_six_seven_world() 
     assert_eq!(pending(&view, "five").reason, "NoCapacity");
     assert_eq!(order(&mut view, "two", 2, 3).as_deref(), Some("gpu-2"), "a block of 2 takes a 2");
 }
+
+/// What placing `units` on a node with `free` free adds to the class's expected fragmentation, times the histogram's
+/// weight: `(f − n) · W(size > f − n) − f · W(size > f)` (docs/controller.md, "Placement policies").
+fn fragmentation_added(seen: Option<&gpuclaim_engine::model::SizesSeen>, free: u64, units: u64) -> i128 {
+    let term = |f: u64| i128::from(f) * i128::from(seen.map_or(0, |seen| seen.weight_above(f)));
+    term(free - units) - term(free)
+}
+
+proptest::proptest! {
+    /// On any cluster of 8-unit nodes with nothing but units to tell them apart, each policy binds a new claim to
+    /// the node its rule names: BestFit the fewest free that fit, Spread the most, FragmentationAware the least
+    /// growth of expected fragmentation (then the fewest free); ties by name.
+    #[test]
+    fn each_policy_binds_a_claim_to_the_node_its_rule_names(
+        taken in proptest::collection::vec(0_u32..=8, 1..24),
+        units in 1_u32..=8,
+        policy in 0_usize..3,
+    ) {
+        let placement = [Placement::BestFit, Placement::Spread, Placement::FragmentationAware][policy];
+        let mut view = world(placement, &taken);
+        let mut claim = held_claim("tenant-a", "new", "h100", units);
+        claim.created = at(1);
+        view.upsert_claim(claim);
+        // (free, name) of the nodes that fit, read before the pass; the new claim has arrived in the histogram.
+        let fit: Vec<(u64, String)> =
+            view.capacity().candidates("h100", u64::from(units)).map(|(f, n)| (f, n.to_owned())).collect();
+        let seen = view.sizes_seen("h100").cloned();
+        let key = |(free, name): &(u64, String)| match placement {
+            Placement::BestFit => (0, *free as i128, name.clone()),
+            Placement::Spread => (0, -(*free as i128), name.clone()),
+            Placement::FragmentationAware => {
+                (fragmentation_added(seen.as_ref(), *free, u64::from(units)), *free as i128, name.clone())
+            }
+        };
+        let expected = fit.iter().min_by_key(|node| key(node)).map(|(_, name)| name.clone());
+        settle(&mut view, at(1));
+        let node = view.claim("tenant-a", "new").unwrap().node.as_ref().map(|node| node.to_string());
+        proptest::prop_assert_eq!(node, expected);
+    }
+}
