@@ -579,7 +579,7 @@ fn order_over_the_largest_free_units_on_one_node_is_refused_fragmented_or_for_ca
         &review["request"],
         403,
         "NoCapacity",
-        r#"spec.count 7 is more than the 6 units of GPU class "h100" free in total"#,
+        r#"spec.count 7 is more than the 3 free units of GPU class "h100" on any one node"#,
     );
 }
 
@@ -736,7 +736,7 @@ fn order_checks_run_in_the_documented_order() {
         &review["request"],
         403,
         "NoCapacity",
-        r#"spec.count 7 is more than the 6 units of GPU class "h100" free in total"#,
+        r#"spec.count 7 is more than the 3 free units of GPU class "h100" on any one node"#,
     );
     // Over the budget and fragmented (4 of the 6 free, at most 3 on one node): capacity before budget too.
     review["request"]["object"]["spec"] = json!({"className": "h100", "count": 4});

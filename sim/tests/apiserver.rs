@@ -191,7 +191,7 @@ fn a_webhook_denial_carries_the_webhook_name_and_the_rule_reason() {
     assert_eq!(error.reason(), "NoCapacity");
     assert_eq!(
         error.to_string(),
-        r#"admission webhook "order.gpu.cozystack.io" denied the request: spec.count 2 is more than the 0 units of GPU class "h100" free in total"#
+        r#"admission webhook "order.gpu.cozystack.io" denied the request: spec.count 2 is more than the 0 free units of GPU class "h100" on any one node"#
     );
     // The template mark from a tenant: the chart's policy refuses it first, the webhook behind it as a second line.
     let error = api.write(&template_claim_action("a"), now(), &users::tenant("tenant-a")).unwrap_err();

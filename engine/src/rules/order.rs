@@ -43,11 +43,12 @@ pub enum OrderRefusal {
         count: u32,
         max: u32,
     },
-    /// The class has fewer units free in total (its published `freeUnits`) than the order's count.
+    /// The class has fewer units free in total (its published `freeUnits`) than the order's count. The message
+    /// names the most free on one node, as it did before `Fragmented` was told apart (event logs unchanged).
     NoCapacity {
         class: String,
         count: u32,
-        free_units: u64,
+        largest_free_on_node: u64,
     },
     /// The class has the units free in total (its published `freeUnits`) but no one node has them.
     Fragmented {
@@ -87,9 +88,11 @@ impl fmt::Display for OrderRefusal {
             CountOverMax { class, count, max } => {
                 write!(f, "spec.count {count} is more than the maxCount {max} of GPU class {class:?}")
             }
-            NoCapacity { class, count, free_units } => {
-                write!(f, "spec.count {count} is more than the {free_units} units of GPU class {class:?} free in total")
-            }
+            NoCapacity { class, count, largest_free_on_node } => write!(
+                f,
+                "spec.count {count} is more than the {largest_free_on_node} free units of GPU class {class:?} on \
+                 any one node"
+            ),
             Fragmented { class, count, free_units, largest_free_on_node } => write!(
                 f,
                 "spec.count {count} fits no one node of GPU class {class:?}: {free_units} units are free in total, \
@@ -161,7 +164,7 @@ fn validate_new_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
     }
     let Published { free_units, largest_free_on_node, .. } = class.published;
     if u64::from(claim.count) > free_units {
-        return Err(OrderRefusal::NoCapacity { class: class.name.clone(), count: claim.count, free_units });
+        return Err(OrderRefusal::NoCapacity { class: class.name.clone(), count: claim.count, largest_free_on_node });
     }
     if u64::from(claim.count) > largest_free_on_node {
         let class = class.name.clone();
@@ -268,9 +271,12 @@ mod tests {
             r#"spec.count 4 fits no one node of GPU class "h100": 4 units are free in total, at most 2 on one node (the class is fragmented)"#
         );
         let refusal = order(5).unwrap_err();
-        assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 5, free_units: 4 });
+        assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 5, largest_free_on_node: 2 });
         assert_eq!(refusal.reason(), "NoCapacity");
-        assert_eq!(refusal.to_string(), r#"spec.count 5 is more than the 4 units of GPU class "h100" free in total"#);
+        assert_eq!(
+            refusal.to_string(),
+            r#"spec.count 5 is more than the 2 free units of GPU class "h100" on any one node"#
+        );
         assert_eq!(order(2), Ok(()));
     }
 
