@@ -113,6 +113,26 @@ fn spread_strands_the_large_vms_sooner_than_best_fit_and_fragmentation_aware() {
 }
 
 #[test]
+fn a_fill_made_by_two_shards_merges_into_the_one_process_report() {
+    use gpuclaim_reports::shard::{Merged, Shard, merge, run_shard};
+    let variants = "variants:\n- {name: best-fit}\n- {name: spread, engine: {placement: Spread}}\n";
+    let study =
+        study("sharded", MIXED, &format!("protocol: {{fill: {{resampleTo: 1.0}}}}\nseeds: 2\n{variants}")).unwrap();
+    let whole = run_study(&study, 1, &|_| {}).unwrap();
+    let out = scratch("sharded-out");
+    let shards = [Shard { number: 1, count: 2 }, Shard { number: 2, count: 2 }];
+    for shard in shards {
+        run_shard(&study, &out, 0, shard, 1, &|_| {}).unwrap();
+    }
+    let dirs: Vec<PathBuf> = shards.iter().map(|shard| shard.dir(&out)).collect();
+    let Merged::Report(merged) = merge(&study, &out, &dirs).unwrap() else { panic!("a fill has no compaction round") };
+    // Every run's curve came back through its JSON: the same runs, the same summary.
+    assert!(merged.runs.iter().all(|run| run.fill.len() == 100), "a curve per run");
+    assert_eq!(merged.runs, whole.runs);
+    assert_eq!(gpuclaim_reports::render::summary_json(&merged), gpuclaim_reports::render::summary_json(&whole));
+}
+
+#[test]
 fn a_fill_refuses_what_it_cannot_measure() {
     let bad = |body: &str| study("bad", ONES, &format!("{body}\nvariants: [{{name: a}}]\n")).unwrap_err();
     assert!(
