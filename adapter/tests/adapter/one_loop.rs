@@ -84,7 +84,7 @@ impl Twin {
         // The settings name the chart's service account.
         let user = User::service_account("cozy-gpuclaim", "gpuclaim-controller");
         let mut controller = GpuController::new(api.store().clone(), user, Variant::SHIPPED);
-        controller.lead();
+        controller.lead(Time::now());
         Twin { api, controller, refuse: None }
     }
 

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::model::View;
 
 use super::super::Changes;
-use super::observe::{Change, Kind, ObjectKey, Touched, observe};
+use super::super::metrics::GateExit;
+use super::observe::{Change, Kind, ObjectKey, Touched, observe_noting};
 
 /// How the watch events reach the controller: what a watch event's revision says about the rest of the stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,6 +33,10 @@ pub struct WorkQueue {
     /// The same, in the order they were dug (revisions only grow), per stream (`None`: the one stream): a tombstone
     /// is dropped once its stream has passed its revision, from the front, so keeping them costs nothing per event.
     dug: BTreeMap<Option<Kind>, VecDeque<(u64, ObjectKey)>>,
+    /// Pods the watch took off the placement gate since the loop last polled, while this replica leads (a standby
+    /// notes none: the leader's figures count them).
+    exits: Vec<GateExit>,
+    noting: bool,
 }
 
 impl WorkQueue {
@@ -48,7 +53,8 @@ impl WorkQueue {
             }
             self.passed(change.key().kind, change.revision());
         }
-        let Some(touched) = observe(cache, change) else { return false };
+        let exits = self.noting.then_some(&mut self.exits);
+        let Some(touched) = observe_noting(cache, change, exits) else { return false };
         let woke = queue(&mut self.keys, touched);
         self.woken |= woke;
         woke
@@ -95,6 +101,12 @@ impl WorkQueue {
     pub(super) fn take(&mut self) -> Changes {
         self.woken = false;
         std::mem::take(&mut self.keys)
+    }
+
+    /// Notes pods leaving the gate from now on (`noting`: this replica leads) or not; returns those noted so far.
+    pub(super) fn take_exits(&mut self, noting: bool) -> Vec<GateExit> {
+        self.noting = noting;
+        std::mem::take(&mut self.exits)
     }
 
     /// The controller deleted `key` at `revision`: older states the watch still brings are not taken.
