@@ -252,7 +252,11 @@ fn encode_readings(readings: &Readings, now: Time, mut encoder: DescriptorEncode
     )?;
     for ((class, outcome), histogram) in &readings.gate_waits {
         let labels = [("class", class.as_str()), ("outcome", outcome.name())];
-        let buckets = histogram.cumulative();
+        // prometheus-client adds the buckets up itself, and writes `+Inf` for f64::MAX.
+        let buckets: Vec<(f64, u64)> = histogram
+            .per_bucket()
+            .map(|(bound, count)| (if bound.is_finite() { bound } else { f64::MAX }, count))
+            .collect();
         metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
             histogram.sum_seconds(),
             histogram.count(),

@@ -102,7 +102,7 @@ fn put_raw_gpu_pod(store: &FakeStore) {
 
 pub struct Controller {
     pub store: FakeStore,
-    metrics: Arc<Metrics>,
+    pub metrics: Arc<Metrics>,
     pub caches: Arc<Caches>,
     reconciler: Reconciler,
     /// The last lease renewal the writer sees.

@@ -135,6 +135,11 @@ impl Histogram {
             .collect()
     }
 
+    /// (upper bound, observations in that bucket alone) per bucket, `+Inf` last.
+    pub fn per_bucket(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.bounds.iter().copied().chain([f64::INFINITY]).zip(self.counts.iter().copied())
+    }
+
     /// Adds `other`'s observations (the same buckets).
     pub fn merge(&mut self, other: &Histogram) {
         assert_eq!(self.bounds, other.bounds, "histograms merged have the same buckets");
