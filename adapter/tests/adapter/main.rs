@@ -7,6 +7,7 @@ mod fake_store;
 mod faults;
 mod leader;
 mod metrics_auth;
+mod monitoring;
 mod one_loop;
 mod support;
 mod webhook_https;

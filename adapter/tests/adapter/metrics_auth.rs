@@ -247,7 +247,7 @@ async fn reviews_that_do_not_come_back_in_time_refuse_the_scrape_with_503() {
 
 /// Every metric the adapter exports, each with series: reviews answered and refused, a pass and its writes, pods
 /// that left the gate, units held, pods waiting by reason, claims and classes.
-fn every_metric() -> Arc<Metrics> {
+pub fn every_metric() -> Arc<Metrics> {
     use gpuclaim_engine::controller::metrics::{Figures, GateExit, GateOutcome};
     use gpuclaim_engine::fixtures::{self, gated_launcher, held_claim};
     use gpuclaim_engine::model::{Reason, Time};
