@@ -140,6 +140,14 @@ impl Histogram {
         self.bounds.iter().copied().chain([f64::INFINITY]).zip(self.counts.iter().copied())
     }
 
+    /// The observations since `earlier` (an earlier reading of this histogram): what Prometheus's `increase()`
+    /// over the window between them gives.
+    pub fn since(&self, earlier: &Histogram) -> Histogram {
+        assert_eq!(self.bounds, earlier.bounds, "readings of one histogram have the same buckets");
+        let counts = self.counts.iter().zip(&earlier.counts).map(|(now, then)| now.saturating_sub(*then)).collect();
+        Histogram { bounds: self.bounds, counts, sum_seconds: (self.sum_seconds - earlier.sum_seconds).max(0.0) }
+    }
+
     /// Adds `other`'s observations (the same buckets).
     pub fn merge(&mut self, other: &Histogram) {
         assert_eq!(self.bounds, other.bounds, "histograms merged have the same buckets");
@@ -301,6 +309,29 @@ impl Readings {
         if other.gauges.is_some() {
             self.gauges.clone_from(&other.gauges);
         }
+    }
+
+    /// What the counters and histograms gained since `earlier` (a reading of the same run), the gauges being
+    /// this reading's: a dashboard's `increase()` over the window between them.
+    pub fn since(&self, earlier: &Readings) -> Readings {
+        let gate_waits = self
+            .gate_waits
+            .iter()
+            .map(|(key, histogram)| {
+                let gained =
+                    earlier.gate_waits.get(key).map_or_else(|| histogram.clone(), |then| histogram.since(then));
+                (key.clone(), gained)
+            })
+            .collect();
+        let units_bound_seconds = self
+            .units_bound_seconds
+            .iter()
+            .map(|(key, seconds)| {
+                let then = earlier.units_bound_seconds.get(key).copied().unwrap_or(0.0);
+                (key.clone(), (seconds - then).max(0.0))
+            })
+            .collect();
+        Readings { gate_waits, units_bound_seconds, gauges: self.gauges.clone() }
     }
 
     /// The gate waits of `class` (all outcomes, or one), summed: what `sum by (le)` over its series gives.

@@ -140,3 +140,20 @@ fn the_gauges_count_pods_at_the_gate_by_class_and_reason_and_claims_by_class_and
     );
     assert_eq!(gauges.classes.keys().collect::<Vec<_>>(), ["h100"]);
 }
+
+#[test]
+fn readings_since_an_earlier_one_are_what_increase_over_the_window_gives() {
+    let mut figures = Figures::default();
+    let exit = GateExit { gated: at(0), classes: vec!["h100".into()], outcome: GateOutcome::Ungated };
+    figures.left_gate(&exit, at(3));
+    let mut held = fixtures::two_node_cluster();
+    held.upsert_claim(fixtures::bound(held_claim("tenant-a", "a", "h100", 2), "gpu-1"));
+    figures.accrue(&held, at(0));
+    let earlier = figures.readings(at(100));
+    figures.left_gate(&exit, at(400));
+    let later = figures.readings(at(300));
+    let gained = later.since(&earlier);
+    let waits = gained.gate_waits_of(None, None);
+    assert_eq!((waits.count(), waits.sum_seconds()), (1, 400.0), "only the wait that ended in the window");
+    assert_eq!(gained.units_bound_seconds[&(Name::from("tenant-a"), Name::from("h100"))], 400.0, "2 units for 200 s");
+}
