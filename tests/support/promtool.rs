@@ -8,20 +8,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+#[path = "tool.rs"]
+mod tool;
+
 /// The promtool binary: `$PROMTOOL`, else `promtool` on the PATH; `None` (and a note saying how to get one) when
 /// neither runs.
 pub fn promtool() -> Option<PathBuf> {
-    let candidate = std::env::var_os("PROMTOOL").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("promtool"));
-    match Command::new(&candidate).arg("--version").output() {
-        Ok(output) if output.status.success() => Some(candidate),
-        _ => {
-            eprintln!(
-                "skipped: no promtool ({}); `apt-get install prometheus` installs it (`.ci/run` does)",
-                candidate.display()
-            );
-            None
-        }
-    }
+    tool::find(
+        "PROMTOOL",
+        "promtool",
+        "--version",
+        "`.ci/promtool` (Debian's prometheus package) prints one's path for PROMTOOL",
+    )
 }
 
 /// Runs `promtool ARGS…` with `input` on its standard input.
