@@ -298,7 +298,7 @@ fn encode_readings(readings: &Readings, now: Time, mut encoder: DescriptorEncode
     for ((class, phase), claims) in &gauges.claims {
         metric.encode_family(&[("class", class.as_str()), ("phase", phase_name(*phase))])?.encode_gauge(claims)?;
     }
-    let published: [(&str, &str, fn(&gpuclaim_engine::model::Published) -> u64); 3] = [
+    let published: [(&str, &str, UnitsOf); 3] = [
         ("class_allocatable_units", "Units on the nodes a class may use", |p| p.allocatable_units),
         ("class_free_units", "Units of a class not bound nor taken", |p| p.free_units),
         ("class_largest_free_on_node_units", "The most free units of a class on one node", |p| p.largest_free_on_node),
@@ -311,6 +311,9 @@ fn encode_readings(readings: &Readings, now: Time, mut encoder: DescriptorEncode
     }
     Ok(())
 }
+
+/// Which of a class's published figures a gauge shows.
+type UnitsOf = fn(&gpuclaim_engine::model::Published) -> u64;
 
 fn phase_name(phase: gpuclaim_engine::model::ClaimPhase) -> &'static str {
     use gpuclaim_engine::model::ClaimPhase;

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 #[path = "tool.rs"]
-mod tool;
+pub mod tool;
 
 /// The repository root: the crate's directory or the one above it (the workspace's crates sit one level down).
 pub fn repository() -> PathBuf {

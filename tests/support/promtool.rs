@@ -1,6 +1,7 @@
 //! Prometheus's promtool (Debian's `prometheus` package ships it; `.ci/run` installs it) for the tests that check
-//! what the controller exports and the chart's alerts (included by path: `#[path = ".../tests/support/promtool.rs"]
-//! mod promtool;`). Tests skip promtool, saying so, when there is none.
+//! what the controller exports and the chart's alerts (included by path at the crate's root, beside helm.rs whose
+//! `tool` it uses: `#[path = ".../tests/support/promtool.rs"] mod promtool;`). Tests skip promtool, saying so, when
+//! there is none.
 
 #![allow(dead_code)]
 
@@ -8,8 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-#[path = "tool.rs"]
-mod tool;
+use crate::helm::tool;
 
 /// The promtool binary: `$PROMTOOL`, else `promtool` on the PATH; `None` (and a note saying how to get one) when
 /// neither runs.

@@ -17,11 +17,9 @@ use gpuclaim_adapter::scrape;
 use gpuclaim_adapter::tls::CertDir;
 use serde_json::{Value, json};
 
+use crate::promtool;
 use crate::support::{self, FakeApi, Reply, TestCa};
 use gpuclaim_engine::review::Outcome;
-
-#[path = "../../../tests/support/promtool.rs"]
-mod promtool;
 
 const READER: &str = "system:serviceaccount:monitoring:prometheus";
 const TENANT: &str = "system:serviceaccount:tenant-a:default";

@@ -8,11 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::metrics_auth::every_metric;
-
-#[path = "../../../tests/support/helm.rs"]
-mod helm;
-#[path = "../../../tests/support/promtool.rs"]
-mod promtool;
+use crate::{helm, promtool};
 
 /// The names of the samples the controller exports (counters with `_total`, histograms' `_bucket`, `_sum`,
 /// `_count`), every metric having series.
