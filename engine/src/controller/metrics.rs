@@ -200,7 +200,8 @@ struct Waits {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Figures {
     gate_waits: BTreeMap<(Name, GateOutcome), Waits>,
-    units_bound: BTreeMap<(Name, Name), Accrual>,
+    /// namespace → class → what its claims held (two levels, so that each pass's lookups borrow their keys).
+    units_bound: BTreeMap<Name, BTreeMap<Name, Accrual>>,
     /// When units were last accrued.
     accrued_at: Option<Time>,
 }
@@ -227,14 +228,23 @@ impl Figures {
         self.stop_accruing(now);
         for (namespace, tenant) in view.tenants() {
             for (class, units) in tenant.bound_units().filter(|(_, units)| *units > 0) {
-                let key = (Name::from(namespace), Name::from(class));
-                let accrual = self.units_bound.entry(key).or_default();
+                if !self.units_bound.contains_key(namespace) {
+                    self.units_bound.insert(Name::from(namespace), BTreeMap::new());
+                }
+                let classes = self.units_bound.get_mut(namespace).expect("inserted above");
+                if !classes.contains_key(class) {
+                    classes.insert(Name::from(class), Accrual::default());
+                }
+                let accrual = classes.get_mut(class).expect("inserted above");
                 accrual.units = units;
                 accrual.held = Some(now);
             }
         }
         let lingered = |at: Time| nanos_between(at, now) >= SERIES_LINGER.as_nanos();
-        self.units_bound.retain(|_, accrual| accrual.held.is_some_and(|held| !lingered(held)));
+        for classes in self.units_bound.values_mut() {
+            classes.retain(|_, accrual| accrual.held.is_some_and(|held| !lingered(held)));
+        }
+        self.units_bound.retain(|_, classes| !classes.is_empty());
         for ((class, _), waits) in &mut self.gate_waits {
             if class.as_str() == NO_CLASS || view.class(class).is_some() {
                 waits.seen = now;
@@ -248,7 +258,7 @@ impl Figures {
     pub fn stop_accruing(&mut self, now: Time) {
         let elapsed = self.accrued_at.map_or(0, |at| nanos_between(at, now));
         self.accrued_at = Some(now);
-        for accrual in self.units_bound.values_mut() {
+        for accrual in self.units_bound.values_mut().flat_map(BTreeMap::values_mut) {
             if accrual.units > 0 {
                 accrual.unit_nanos += u128::from(accrual.units) * elapsed;
                 accrual.held = Some(now);
@@ -265,11 +275,14 @@ impl Figures {
     /// Unit-seconds held by (namespace, class) as of `now`: what was accrued, and what is held since.
     pub fn units_bound_seconds(&self, now: Time) -> BTreeMap<(Name, Name), f64> {
         let since = self.accrued_at.map_or(0, |at| nanos_between(at, now));
-        self.units_bound
+        let series = self
+            .units_bound
             .iter()
-            .map(|(key, accrual)| {
+            .flat_map(|(namespace, classes)| classes.iter().map(move |(class, accrual)| (namespace, class, accrual)));
+        series
+            .map(|(namespace, class, accrual)| {
                 let nanos = accrual.unit_nanos + u128::from(accrual.units) * since;
-                (key.clone(), nanos as f64 / 1e9)
+                ((namespace.clone(), class.clone()), nanos as f64 / 1e9)
             })
             .collect()
     }
