@@ -240,7 +240,7 @@ impl Figures {
                 accrual.held = Some(now);
             }
         }
-        let lingered = |at: Time| nanos_between(at, now) >= SERIES_LINGER.as_nanos();
+        let lingered = |at: Time| at_least(at, now, SERIES_LINGER);
         for classes in self.units_bound.values_mut() {
             classes.retain(|_, accrual| accrual.held.is_some_and(|held| !lingered(held)));
         }
@@ -265,6 +265,11 @@ impl Figures {
             }
             accrual.units = 0;
         }
+    }
+
+    /// Whether units were last accrued `period` or more before `now` (or never).
+    pub fn accrued_before(&self, now: Time, period: Duration) -> bool {
+        self.accrued_at.is_none_or(|at| at_least(at, now, period))
     }
 
     /// Gate waits by (class, outcome).
@@ -357,6 +362,11 @@ impl Readings {
         }
         sum
     }
+}
+
+/// Whether `period` or more passed from `from` to `to`.
+fn at_least(from: Time, to: Time, period: Duration) -> bool {
+    to.duration_since(from).as_nanos() >= i128::try_from(period.as_nanos()).unwrap_or(i128::MAX)
 }
 
 fn nanos_between(from: Time, to: Time) -> u128 {

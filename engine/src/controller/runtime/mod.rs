@@ -75,6 +75,10 @@ pub const NOT_LEADING_RETRY: Duration = Duration::from_millis(200);
 /// there (the twin fails the run).
 pub const POLLS_PER_WAKE_MAX: usize = 1 << 22;
 
+/// The longest a leading loop goes without accruing the units claims hold when it writes no claim (what drops the
+/// series of a class or a tenant that went, `controller::metrics::SERIES_LINGER` after).
+pub const ACCRUAL_PERIOD_MAX: Duration = Duration::from_secs(60);
+
 /// Passes one poll may start: a pass that lands leaves nothing due before the next watch event, so a second turn
 /// serves only what the watches brought meanwhile (the live adapter's watches run beside its loop).
 const PASSES_PER_POLL_MAX: usize = 2;
@@ -141,6 +145,9 @@ pub struct Runtime {
     figures: Figures,
     /// Pods its own reads took off the gate, measured at the next poll.
     exits: Vec<GateExit>,
+    /// The units held may have changed since they were last accrued: a claim was written (they change only so), or
+    /// this replica began leading (it accrued nothing while it followed).
+    holdings_changed: bool,
 }
 
 /// A pass being confirmed and written.
@@ -180,6 +187,7 @@ impl Runtime {
             stats: Stats::default(),
             figures: Figures::default(),
             exits: Vec::new(),
+            holdings_changed: false,
         }
     }
 
@@ -216,6 +224,7 @@ impl Runtime {
         self.start_over();
         if leading {
             self.due = Some(Time::MIN);
+            self.holdings_changed = true;
         } else {
             self.figures.stop_accruing(now);
         }
@@ -325,6 +334,10 @@ impl Runtime {
         pass.writing = false;
         match outcome {
             Outcome::Written(changes) => {
+                self.holdings_changed |= matches!(
+                    action,
+                    Action::CreateClaim { .. } | Action::UpdateClaim { .. } | Action::DeleteClaim { .. }
+                );
                 // Naming the object costs a copy of its names per write: only worth it when something backs off.
                 if self.retries.backing_off() {
                     self.retries.forget(&target(action));
@@ -402,7 +415,7 @@ impl Runtime {
     /// Every write of the pass landed: a pass over everything is done, the waiters it left are remembered, and the
     /// echo of its writes is served after [`ECHO_DELAY`] when something still waits for it ([`echo_needs_pass`]).
     fn landed(&mut self, cache: &View, now: Time) {
-        self.figures.accrue(cache, now);
+        self.accrue(cache, now);
         self.pass = None;
         self.full = false;
         self.waiting.landed();
@@ -418,7 +431,7 @@ impl Runtime {
     /// queue, and the next pass is due after the object's backoff.
     fn refused(&mut self, cache: &View, object: ObjectKey, now: Time) {
         // Some of the pass's writes may have landed.
-        self.figures.accrue(cache, now);
+        self.accrue(cache, now);
         self.stats.refused += 1;
         self.waiting.forget();
         if let Some(pass) = self.pass.take() {
@@ -466,18 +479,29 @@ impl Runtime {
         }
     }
 
+    /// The units claims hold, accrued up to `now` and read again from `cache` when they may have changed since the
+    /// last time (nothing else changes them: accruing later gives the same sum), or when the last time is
+    /// [`ACCRUAL_PERIOD_MAX`] ago (a series whose class or tenant went is dropped then).
+    fn accrue(&mut self, cache: &View, now: Time) {
+        if std::mem::take(&mut self.holdings_changed) || self.figures.accrued_before(now, ACCRUAL_PERIOD_MAX) {
+            self.figures.accrue(cache, now);
+        }
+    }
+
     /// Pods the watch (while this replica leads) or its own reads took off the gate since the last poll: their
     /// waits, measured now (a deletion wakes the loop, so now is when it came).
     fn measure_exits(&mut self, queue: &mut WorkQueue, now: Time) {
-        let watched = queue.take_exits(self.leading);
-        if !self.leading {
-            self.exits.clear();
-            return;
+        let (leading, figures) = (self.leading, &mut self.figures);
+        queue.drain_exits(leading, |exit| {
+            if leading {
+                figures.left_gate(exit, now);
+            }
+        });
+        if !self.exits.is_empty() {
+            for exit in self.exits.drain(..).filter(|_| leading) {
+                figures.left_gate(&exit, now);
+            }
         }
-        for exit in watched.iter().chain(&self.exits) {
-            self.figures.left_gate(exit, now);
-        }
-        self.exits.clear();
     }
 }
 

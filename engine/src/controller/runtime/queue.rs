@@ -103,10 +103,14 @@ impl WorkQueue {
         std::mem::take(&mut self.keys)
     }
 
-    /// Notes pods leaving the gate from now on (`noting`: this replica leads) or not; returns those noted so far.
-    pub(super) fn take_exits(&mut self, noting: bool) -> Vec<GateExit> {
+    /// Notes pods leaving the gate from now on (`noting`: this replica leads) or not; hands those noted so far to
+    /// `measure`.
+    pub(super) fn drain_exits(&mut self, noting: bool, mut measure: impl FnMut(&GateExit)) {
         self.noting = noting;
-        std::mem::take(&mut self.exits)
+        if !self.exits.is_empty() {
+            self.exits.iter().for_each(&mut measure);
+            self.exits.clear();
+        }
     }
 
     /// The controller deleted `key` at `revision`: older states the watch still brings are not taken.

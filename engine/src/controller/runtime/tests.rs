@@ -497,6 +497,11 @@ fn the_loop_accrues_the_units_claims_hold_until_it_stops_leading() {
     assert_eq!(held(&process, ms(10_000)), Some(30.0), "3 units for 10 s, read between passes");
     process.runtime.set_leading(false, ms(20_000));
     assert_eq!(held(&process, ms(50_000)), Some(60.0), "nothing accrues once it no longer leads");
+    // Leading again 40 s later (sooner than the loop's longest time between accruals), its first pass writes no
+    // claim: it reads what the claims hold all the same.
+    process.runtime.set_leading(true, ms(60_000));
+    process.run(&mut cluster, ms(60_000));
+    assert_eq!(held(&process, ms(70_000)), Some(90.0), "3 units again from 60 s");
 }
 
 #[test]
