@@ -6,6 +6,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY engine engine
 COPY sim sim
+COPY scenarios scenarios
 COPY adapter adapter
 COPY reports reports
 COPY src src

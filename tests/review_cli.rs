@@ -769,7 +769,7 @@ fn objects_file_with_bad_yaml_exits_2_naming_the_document_and_line() {
         &run,
         &format!(
             "objects {}: document 2: field (document): not valid YAML: mapping values are not allowed in this \
-             context at line 17 column 14",
+             context at line 17, column 14",
             path.display()
         ),
     );
@@ -1069,7 +1069,7 @@ fn crds_prints_three_crds() {
         .stdout
         .split("---\n")
         .filter(|document| !document.trim().is_empty())
-        .map(|document| serde_yaml_ng::from_str(document).expect("each document is YAML"))
+        .map(|document| gpuclaim_engine::yaml::from_str(document).expect("each document is YAML"))
         .collect();
     let summary: Vec<(&str, &str, &str, &str)> = crds
         .iter()

@@ -185,6 +185,6 @@ pub fn crds_yaml() -> String {
     use kube_core::CustomResourceExt;
     [GPUClass::crd(), GPUClaim::crd(), GPUUsage::crd()]
         .iter()
-        .map(|crd| format!("---\n{}", serde_yaml_ng::to_string(crd).expect("CRDs always serialize")))
+        .map(|crd| format!("---\n{}", crate::yaml::to_string(crd)))
         .collect()
 }

@@ -7,16 +7,13 @@ use gpuclaim_engine::convert::{pod_from_json, vmi_from_json};
 use gpuclaim_engine::fixtures::platform;
 use gpuclaim_engine::keys;
 use gpuclaim_engine::rules::{admit_vmi, mutate_pod};
-use serde::Deserialize;
 use serde_json::Value;
 
 fn shared(name: &str) -> Option<Vec<Value>> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/kubevirt").join(name);
     let text = std::fs::read_to_string(&path).ok()?;
-    let documents = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).expect("shared fixtures are YAML"))
-        .filter(|value| !value.is_null())
-        .collect();
+    let documents =
+        gpuclaim_engine::yaml::documents(&text).map(|value| value.expect("shared fixtures are YAML")).collect();
     Some(documents)
 }
 

@@ -15,22 +15,26 @@
 //! ```
 
 pub mod charts;
+pub mod compaction;
 pub mod erlang;
 pub mod render;
 pub mod run;
+pub mod shard;
 pub mod stats;
 pub mod study;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_scenarios::scenario::Scenario;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::compaction::{Search, probe_runs};
 use crate::run::{RunError, RunResult, run_one};
 use crate::stats::{SeriesSpread, SloVerdict, Spread, judge, series_spread, spreads};
-use crate::study::{Study, set_node_count, to_scenario};
+use crate::study::{Study, to_scenario};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -102,21 +106,52 @@ pub struct Report {
     pub compaction: Option<CompactionResult>,
 }
 
-/// Runs every variant × seed on `jobs` threads, then the compaction search if the study asks for one.
-pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> Result<Report, ReportError> {
-    let scenarios: Vec<Scenario> = study
-        .variants
-        .iter()
-        .map(|v| to_scenario(&v.scenario).map_err(|reason| ReportError::Scenario { variant: v.name.clone(), reason }))
-        .collect::<Result<_, _>>()?;
-    let plan: Vec<(usize, u64)> =
-        (0..scenarios.len()).flat_map(|v| study.seeds.iter().map(move |seed| (v, *seed))).collect();
-    progress(Progress::Phase { name: "variants × seeds".to_owned(), runs: plan.len() as u64 });
-    let runs = parallel(&plan, jobs, progress, |&(v, seed)| {
-        let variant = &study.variants[v];
-        let classes = study.slo.as_ref().map_or(&[][..], |slo| &slo.classes[..]);
-        run_one(&variant.name, &scenarios[v], variant.engine, seed, study.samples, study.warmup, classes)
-    })?;
+/// One run a study makes: a variant (or a compaction probe, named `<variant>@[<target>]=<nodes>`) on a seed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RunId {
+    pub variant: String,
+    pub seed: u64,
+}
+
+impl std::fmt::Display for RunId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "variant {}, seed {}", self.variant, self.seed)
+    }
+}
+
+/// A run ready to make: its scenario is shared by the seeds of its variant.
+#[derive(Clone, Debug)]
+pub struct PlannedRun {
+    pub id: RunId,
+    pub scenario: Arc<Scenario>,
+    pub engine: EngineVariant,
+}
+
+/// The study's variants × seeds, variant by variant in the study's order, seeds in its order: the runs a report's
+/// tables and charts are made of.
+pub fn plan_variants(study: &Study) -> Result<Vec<PlannedRun>, ReportError> {
+    let mut plan = Vec::with_capacity(study.variants.len() * study.seeds.len());
+    for variant in &study.variants {
+        let scenario = to_scenario(&variant.scenario)
+            .map_err(|reason| ReportError::Scenario { variant: variant.name.clone(), reason })?;
+        let scenario = Arc::new(scenario);
+        for &seed in &study.seeds {
+            let id = RunId { variant: variant.name.clone(), seed };
+            plan.push(PlannedRun { id, scenario: scenario.clone(), engine: variant.engine });
+        }
+    }
+    Ok(plan)
+}
+
+/// Makes one planned run of `study`.
+pub fn run_planned(study: &Study, planned: &PlannedRun) -> Result<RunResult, RunError> {
+    let classes = study.slo.as_ref().map_or(&[][..], |slo| &slo.classes[..]);
+    let PlannedRun { id, scenario, engine } = planned;
+    run_one(&id.variant, scenario, *engine, id.seed, study.samples, study.warmup, classes)
+}
+
+/// What a study's runs add up to: `runs` are the variants × seeds in [`plan_variants`]' order.
+pub fn assemble(study: &Study, runs: Vec<RunResult>, compaction: Option<CompactionResult>) -> Report {
     let variants = study
         .variants
         .iter()
@@ -125,11 +160,19 @@ pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync
             summarise(study, variant, &mine)
         })
         .collect();
+    Report { study: study.clone(), runs, variants, compaction }
+}
+
+/// Runs every variant × seed on `jobs` threads, then the compaction search if the study asks for one.
+pub fn run_study(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> Result<Report, ReportError> {
+    let plan = plan_variants(study)?;
+    progress(Progress::Phase { name: "variants × seeds".to_owned(), runs: plan.len() as u64 });
+    let runs = parallel(&plan, jobs, progress, |planned| run_planned(study, planned))?;
     let compaction = match &study.compaction {
-        Some(_) => Some(compact(study, jobs, progress)?),
+        Some(spec) => Some(compact(study, Search::new(spec), jobs, progress)?),
         None => None,
     };
-    Ok(Report { study: study.clone(), runs, variants, compaction })
+    Ok(assemble(study, runs, compaction))
 }
 
 /// One variant's runs over seeds.
@@ -165,56 +208,25 @@ fn summarise(study: &Study, variant: &study::Variant, runs: &[&RunResult]) -> Va
     }
 }
 
-/// Bisection over the class's node count: the fewest nodes in [min, max] meeting the SLO, assuming more nodes never
-/// make the metric worse. Each probe runs every seed.
-fn compact(study: &Study, jobs: usize, progress: &(dyn Fn(Progress) + Sync)) -> Result<CompactionResult, ReportError> {
-    let spec = study.compaction.as_ref().expect("called with a compaction");
-    let slo = study.slo.as_ref().expect("a compaction needs an SLO (checked on load)");
-    let base = study.variants.iter().find(|v| v.name == spec.variant).expect("checked on load");
-    let mut probes: BTreeMap<u32, Probe> = BTreeMap::new();
-    let mut probe = |nodes: u32| -> Result<bool, ReportError> {
-        let name = format!("{}@[{}]={nodes}", spec.variant, spec.target);
-        let mut tree = base.scenario.clone();
-        let scenario = set_node_count(&mut tree, &spec.target, &nodes.into())
-            .and_then(|()| to_scenario(&tree))
-            .map_err(|reason| ReportError::Scenario { variant: name.clone(), reason })?;
-        progress(Progress::Phase {
-            name: format!("compaction: {nodes} × {}", spec.target),
-            runs: study.seeds.len() as u64,
-        });
-        let runs = parallel(&study.seeds, jobs, progress, |&seed| {
-            run_one(&name, &scenario, base.engine, seed, study.samples, study.warmup, &slo.classes)
-        })?;
-        let values: Vec<f64> = runs.iter().map(|r| r.scalars.get(&slo.scalar()).copied().unwrap_or(0.0)).collect();
-        let spread = stats::spread(&values);
-        let verdict = judge(slo, &spread);
-        let met = verdict.met;
-        probes.insert(nodes, Probe { nodes, spread, verdict });
-        Ok(met)
-    };
-    let (mut low, mut high) = (spec.min, spec.max);
-    let nodes = if probe(high)? {
-        // Invariant: `high` meets the SLO; everything below `low` was seen to miss it.
-        while low < high {
-            let middle = low + (high - low) / 2;
-            if probe(middle)? { high = middle } else { low = middle + 1 }
-        }
-        Some(high)
-    } else {
-        None
-    };
-    Ok(CompactionResult {
-        target: spec.target.clone(),
-        variant: spec.variant.clone(),
-        min: spec.min,
-        max: spec.max,
-        nodes,
-        probes: probes.into_values().collect(),
-    })
+/// The compaction search run to its end here, one probe (every seed) after another.
+fn compact(
+    study: &Study,
+    mut search: Search,
+    jobs: usize,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<CompactionResult, ReportError> {
+    let target = &study.compaction.as_ref().expect("called with a compaction").target;
+    while let Some(nodes) = search.next() {
+        let plan = probe_runs(study, nodes)?;
+        progress(Progress::Phase { name: format!("compaction: {nodes} × {target}"), runs: plan.len() as u64 });
+        let runs = parallel(&plan, jobs, progress, |planned| run_planned(study, planned))?;
+        search.learn(study, &runs);
+    }
+    Ok(search.result())
 }
 
 /// Runs `work` over `items` on `jobs` threads; results come back in the items' order whatever finishes first.
-fn parallel<T: Sync, R: Send>(
+pub(crate) fn parallel<T: Sync, R: Send>(
     items: &[T],
     jobs: usize,
     progress: &(dyn Fn(Progress) + Sync),

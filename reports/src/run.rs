@@ -11,7 +11,7 @@ use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::metrics::{self, percentiles};
 use gpuclaim_sim::world::World;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuclaim_engine::references::GpuEntry;
 
@@ -29,7 +29,7 @@ pub struct RunError {
 }
 
 /// Values over time, one per sample point.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
     /// Sample times, in hours since the start.
     pub t_hours: Vec<f64>,
@@ -46,7 +46,7 @@ pub struct Series {
 }
 
 /// What one run measured. `scalars` holds every figure the report aggregates across seeds, by a stable name.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub variant: String,
     pub seed: u64,
@@ -54,7 +54,6 @@ pub struct RunResult {
     pub scalars: BTreeMap<String, f64>,
     /// Refusals after the warm-up, by `<what>:<reason>`.
     pub refusals: BTreeMap<String, u64>,
-    #[serde(skip)]
     pub series: Series,
 }
 

@@ -36,7 +36,7 @@ expect:
 "#;
 
 fn shrunk() -> gpuclaim_scenarios::check::shrink::Shrunk {
-    let value: serde_json::Value = serde_yaml_ng::from_str(NOISY).unwrap();
+    let value = gpuclaim_engine::yaml::from_str(NOISY).unwrap();
     let two_update = Variant::named("two-update-pin").unwrap();
     let mut steps = 0;
     let shrunk = shrink(&value, 1, two_update, "shipped", None, &mut |_| steps += 1).unwrap();
@@ -68,7 +68,7 @@ fn the_same_input_shrinks_to_the_same_scenario() {
 
 #[test]
 fn a_passing_scenario_has_nothing_to_shrink() {
-    let value: serde_json::Value = serde_yaml_ng::from_str(NOISY).unwrap();
+    let value = gpuclaim_engine::yaml::from_str(NOISY).unwrap();
     let error = shrink(&value, 1, Variant::SHIPPED, "shipped", None, &mut |_| {}).unwrap_err();
     assert_eq!(
         error.to_string(),

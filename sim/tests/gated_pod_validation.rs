@@ -115,7 +115,8 @@ fn every_shared_gated_pod_case_is_decided_as_the_api_server_does() {
         eprintln!("skipped: {} is absent", path.display());
         return;
     };
-    let cases: Cases = serde_yaml_ng::from_str(&text).expect("the cases file is YAML");
+    let cases: Cases = serde_json::from_value(gpuclaim_engine::yaml::from_str(&text).expect("the cases file is YAML"))
+        .expect("the cases file holds cases");
     assert!(cases.cases.len() >= 20, "all cases read");
     for case in &cases.cases {
         let verdict = if case.op.as_deref() == Some("CREATE") {

@@ -11,7 +11,7 @@ use serde_json::Value;
 fn shared(name: &str) -> Option<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/kubevirt").join(name);
     let text = std::fs::read_to_string(path).ok()?;
-    Some(serde_yaml_ng::from_str(&text).expect("shared tables are YAML"))
+    Some(gpuclaim_engine::yaml::from_str(&text).expect("shared tables are YAML"))
 }
 
 #[test]

@@ -37,8 +37,8 @@ impl<'a> Tape<'a> {
     }
 }
 
-/// The deepest nesting a mutation builds: past serde_json's and the YAML parser's limit of 128, but shallow enough
-/// that building and dropping the value (both recursive) stays far from the stack's end.
+/// The deepest nesting a mutation builds: past serde_json's limit of 128 and the YAML reader's of 64, but shallow
+/// enough that building and dropping the value (both recursive) stays far from the stack's end.
 pub const NESTING_MAX: usize = 300;
 /// The long string: 64 KiB, a quarter of what one annotation may hold.
 pub const LONG_STRING_BYTES: usize = 64 * 1024;

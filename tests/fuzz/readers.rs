@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use gpuclaim_engine::objects::load_objects;
+use gpuclaim_engine::yaml::DEPTH_MAX;
 use gpuclaim_scenarios::scenario::{NODES_MAX, ScenarioError, parse_scenario};
 use gpuclaim_sim::log::EventLog;
 use serde_json::Value;
@@ -192,11 +193,11 @@ pub fn yaml_fragment(tape: &mut Tape) -> String {
             format!("[&a [{}], {}]", vec!["1"; items].join(","), vec!["*a"; aliases].join(","))
         }
         2 => {
-            let depth = *tape.choose(&[127, 128, 200, 1_000]);
+            let depth = *tape.choose(&[DEPTH_MAX - 1, DEPTH_MAX, 200, 1_000]);
             format!("{}{}", "[".repeat(depth), "]".repeat(depth))
         }
         3 => {
-            let depth = *tape.choose(&[127, 128, 200]);
+            let depth = *tape.choose(&[DEPTH_MAX - 1, DEPTH_MAX, 200]);
             format!("{}x{}", "{a: ".repeat(depth), "}".repeat(depth))
         }
         4 => tape
@@ -222,7 +223,7 @@ fn emit(tape: &mut Tape, tree: &Value) -> String {
     let mut text = if tape.chance(1, 4) {
         serde_json::to_string(tree).expect("values serialize")
     } else {
-        serde_yaml_ng::to_string(tree).expect("values serialize")
+        gpuclaim_engine::yaml::to_string(tree)
     };
     // Text mutations mostly end a read at the parser, so they are rarer than the tree's, which reach the fields.
     if tape.chance(1, 3) {

@@ -24,6 +24,11 @@ pub fn chart() -> PathBuf {
     repository().join("charts/gpuclaim")
 }
 
+/// `charts/gpuclaim-whatif`, a what-if study as Kubernetes Jobs.
+pub fn whatif_chart() -> PathBuf {
+    repository().join("charts/gpuclaim-whatif")
+}
+
 /// `charts/virtual-machine`, the tenant's VM chart.
 pub fn vm_chart() -> PathBuf {
     repository().join("charts/virtual-machine")
@@ -64,10 +69,7 @@ pub fn render(helm: &Path, extra: &[&str], sets: &[&str]) -> Vec<Value> {
 
 /// The documents of a rendered text, as JSON.
 pub fn documents(text: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|document| serde::Deserialize::deserialize(document).unwrap())
-        .filter(|document: &Value| !document.is_null())
-        .collect()
+    gpuclaim_engine::yaml::documents(text).map(Result::unwrap).collect()
 }
 
 pub fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {

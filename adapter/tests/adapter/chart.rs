@@ -271,7 +271,7 @@ fn the_rendered_policies_are_the_admission_files_each_bound_to_the_settings() {
     for (policy, file) in policies.iter().zip(&files) {
         let stem = file.file_stem().unwrap().to_string_lossy();
         assert_eq!(policy["metadata"]["name"], format!("gpuclaim-{stem}").as_str());
-        let spec: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let spec = gpuclaim_engine::yaml::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
         assert_eq!(policy["spec"], spec, "{}: rendered as written", file.display());
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
         let binding = of_kind(&documents, "ValidatingAdmissionPolicyBinding")

@@ -47,11 +47,8 @@ fn admitted(file: &str) -> Value {
 pub fn cluster_objects() -> Vec<Value> {
     let mut objects = Vec::new();
     let text = std::fs::read_to_string(support::repo_root().join("examples/objects.yaml")).unwrap();
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
-        let mut object: Value = serde::Deserialize::deserialize(document).unwrap();
-        if object.is_null() {
-            continue;
-        }
+    for document in gpuclaim_engine::yaml::documents(&text) {
+        let mut object = document.unwrap();
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
         if object["metadata"]["uid"].is_null() {
             object["metadata"]["uid"] = json!(format!("uid-{name}"));

@@ -48,10 +48,11 @@ impl WorkQueue {
     /// A watch event: into the cache, its keys onto the queue. Returns whether it woke the queue (a pass has work).
     pub fn observe(&mut self, cache: &mut View, change: Change) -> bool {
         if !self.tombstones.is_empty() {
-            if self.buried(&change) {
+            let (key, revision) = (change.key(), change.revision());
+            if self.tombstones.get(&key).is_some_and(|deleted| revision <= *deleted) {
                 return false;
             }
-            self.passed(change.key().kind, change.revision());
+            self.passed(key.kind, revision);
         }
         let exits = self.noting.then_some(&mut self.exits);
         let Some(touched) = observe_noting(cache, change, exits) else { return false };
