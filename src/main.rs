@@ -87,6 +87,10 @@ enum SimCommand {
         /// Print the run's figures as one JSON object.
         #[arg(long)]
         stats: bool,
+        /// Write what a scrape of the controller would show at the run's end (Prometheus text format, the live
+        /// controller's names and buckets) here.
+        #[arg(long, value_name = "FILE")]
+        metrics_out: Option<PathBuf>,
         /// The engine variant to run (default: the shipped engine).
         #[arg(long, value_name = "NAME", default_value = "shipped")]
         variant: String,
@@ -137,8 +141,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scenario { command: ScenarioCommand::Shrink(args) } => return shrink_cmd::shrink(args),
         Command::Suite(args) => return suite_cmd::suite(args),
         Command::Whatif(args) => whatif_cmd::run(args)?,
-        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, variant } } => {
-            return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, variant });
+        Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, metrics_out, variant } } => {
+            return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, metrics_out, variant });
         }
     }
     Ok(ExitCode::SUCCESS)

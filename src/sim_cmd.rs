@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use std::collections::BTreeMap;
+
 use anyhow::{Context, anyhow};
+use gpuclaim_engine::controller::metrics::{GateOutcome, Readings};
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_scenarios::check::run_checked_world;
 use gpuclaim_scenarios::scenario::parse_scenario;
@@ -16,6 +19,7 @@ pub struct Options {
     pub seed: Option<u64>,
     pub events_out: Option<PathBuf>,
     pub stats: bool,
+    pub metrics_out: Option<PathBuf>,
     pub variant: String,
 }
 
@@ -66,9 +70,14 @@ pub fn run(options: &Options) -> anyhow::Result<ExitCode> {
             "start_wait": world.start_waits(),
             "gpu_units_in_use": world.units_in_use(),
             "waiting_at_gate": world.waiting_at_gate(),
+            "dashboard": dashboard(&world.readings()),
             "checks": if run.passed() { "passed" } else { "failed" },
         });
         println!("{stats}");
+    }
+    if let Some(file) = &options.metrics_out {
+        let exposition = gpuclaim_adapter::metrics::exposition(&world.readings(), world.engine_time());
+        std::fs::write(file, exposition).with_context(|| format!("failed to write {}", file.display()))?;
     }
     // The process ends here and its event log is already flushed: freeing the world's millions of small
     // allocations one by one would only add to the run's time (about 2% of ref-1k's).
@@ -82,4 +91,30 @@ pub fn run(options: &Options) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the operator's dashboard would have shown at the run's end (`controller::metrics`): the gate-wait quantiles
+/// of placed pods as its panel estimates them from the buckets, the pods whose wait ended in a deletion, the
+/// unit-hours held per namespace and class, and the pods at the gate by class and reason.
+fn dashboard(readings: &Readings) -> serde_json::Value {
+    let placed = readings.gate_waits_of(None, Some(GateOutcome::Ungated));
+    let mut unit_hours: BTreeMap<&str, BTreeMap<&str, f64>> = BTreeMap::new();
+    for ((namespace, class), seconds) in &readings.units_bound_seconds {
+        unit_hours.entry(namespace.as_str()).or_default().insert(class.as_str(), (seconds / 3.6).round() / 1_000.0);
+    }
+    let mut gated: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for ((class, reason), pods) in readings.gauges.iter().flat_map(|gauges| &gauges.gated_pods) {
+        gated.entry(class.as_str()).or_default().insert(reason.as_str(), *pods);
+    }
+    serde_json::json!({
+        "gate_wait_seconds": {
+            "count": placed.count(),
+            "p50": placed.quantile(0.5),
+            "p90": placed.quantile(0.9),
+            "p99": placed.quantile(0.99),
+        },
+        "gate_waits_ended_deleted": readings.gate_waits_of(None, Some(GateOutcome::Deleted)).count(),
+        "unit_hours": unit_hours,
+        "gated_pods": gated,
+    })
 }

@@ -95,7 +95,7 @@ impl Reconciler {
         if leading != self.runtime.is_leading() {
             tracing::info!(leading, "leadership moved");
         }
-        self.runtime.set_leading(leading);
+        self.runtime.set_leading(leading, Time::now());
         let before = self.runtime.stats();
         let mut turn = Turn::default();
         for _ in 0..POLLS_PER_WAKE_MAX {
@@ -168,8 +168,11 @@ impl Reconciler {
         let after = self.runtime.stats();
         if after.passes > before.passes {
             self.metrics.reconciled(started.elapsed());
+        }
+        if after.passes > before.passes || !leading {
+            // The gauges of the view its passes decided on, while it leads; a standby exports none.
             let view = self.caches.view.read()?;
-            self.metrics.observe_view(&view, Time::now());
+            self.metrics.observe_loop(self.runtime.figures(), leading.then_some(&*view));
         }
         for _ in before.pins_rechecked..after.pins_rechecked {
             self.metrics.pins_rechecked();

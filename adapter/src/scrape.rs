@@ -39,9 +39,13 @@ async fn scrape(State(state): State<Scrape>, headers: HeaderMap) -> Response {
         return text(StatusCode::SERVICE_UNAVAILABLE, message);
     };
     match checked {
-        Ok(Verdict::Allowed { .. }) => {
+        Ok(Verdict::Allowed { .. }) if accepts_openmetrics(&headers) => {
             let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
             ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()
+        }
+        Ok(Verdict::Allowed { .. }) => {
+            let content_type = "text/plain; version=0.0.4; charset=utf-8";
+            ([(header::CONTENT_TYPE, content_type)], state.metrics.encode_classic()).into_response()
         }
         Ok(Verdict::Unauthenticated { reason }) => unauthorized(&format!("the token is not authenticated: {reason}")),
         Ok(Verdict::Forbidden { user, reason }) => {
@@ -53,6 +57,19 @@ async fn scrape(State(state): State<Scrape>, headers: HeaderMap) -> Response {
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot check access to {METRICS_PATH}: {error}"))
         }
     }
+}
+
+/// Whether the scraper asks for OpenMetrics (Prometheus does, first); anything else gets the classic text format,
+/// as client_golang negotiates.
+fn accepts_openmetrics(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().filter_map(|value| value.to_str().ok()).flat_map(|v| v.split(',')).any(
+        |range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| p.replace(' ', "") == "q=0");
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        },
+    )
 }
 
 fn bearer_token(headers: &HeaderMap) -> Option<&str> {

@@ -6,7 +6,7 @@
 //! the API server shows that message in the error it returns to the client (the webhooks fail closed).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -46,11 +46,17 @@ pub fn router(view: SharedView, metrics: Arc<Metrics>, timeout: Duration) -> Rou
             router.route(
                 webhook.path(),
                 post(move |State(state): State<Endpoint>, headers: HeaderMap, body: Body| async move {
-                    match tokio::time::timeout(timeout, handle(&state, webhook, &headers, body)).await {
-                        Ok(Ok(answer)) => answer,
-                        Ok(Err(refused)) => refused.into_response(),
-                        Err(_) => RequestError::Timeout(timeout).into_response(),
+                    let started = Instant::now();
+                    let refused = match tokio::time::timeout(timeout, handle(&state, webhook, &headers, body)).await {
+                        Ok(Ok(answer)) => Ok(answer),
+                        Ok(Err(refused)) => Err(refused),
+                        Err(_) => Err(RequestError::Timeout(timeout)),
+                    };
+                    if let Err(refused) = &refused {
+                        state.metrics.admission_error(webhook, refused.reason());
                     }
+                    state.metrics.admission_handled(webhook, started.elapsed());
+                    refused.unwrap_or_else(IntoResponse::into_response)
                 }),
             )
         })
@@ -88,6 +94,21 @@ impl RequestError {
             RequestError::ViewPoisoned(_) => StatusCode::SERVICE_UNAVAILABLE,
             RequestError::Body(_) | RequestError::NotJson(_) | RequestError::Review(_) => StatusCode::BAD_REQUEST,
             RequestError::WrongEndpoint { .. } => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+impl RequestError {
+    /// The status's reason as Kubernetes words it (`metav1.StatusReason`): the `reason` label of an error in
+    /// `gpuclaim_admission_decisions_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RequestError::ContentType(_) => "UnsupportedMediaType",
+            RequestError::TooLarge => "RequestEntityTooLarge",
+            RequestError::Timeout(_) => "Timeout",
+            RequestError::ViewPoisoned(_) => "ServiceUnavailable",
+            RequestError::Body(_) | RequestError::NotJson(_) | RequestError::Review(_) => "BadRequest",
+            RequestError::WrongEndpoint { .. } => "BadRequest",
         }
     }
 }

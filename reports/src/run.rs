@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpuclaim_engine::controller::metrics::{GateOutcome, Readings};
 use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_scenarios::check::{check_event, watch_invariants};
 use gpuclaim_scenarios::scenario::Scenario;
@@ -71,6 +72,7 @@ struct Mark {
     gate_waits: usize,
     refusals: BTreeMap<String, u64>,
     counts: BTreeMap<String, u64>,
+    readings: Readings,
 }
 
 impl Mark {
@@ -80,6 +82,7 @@ impl Mark {
             gate_waits: world.metrics().gate_wait_samples().len(),
             refusals: world.stats().refusals.clone(),
             counts: world.metrics().counts().clone(),
+            readings: world.readings(),
         }
     }
 }
@@ -341,6 +344,17 @@ fn measure(world: &World, mark: &Mark, measured: &[bool], result: &mut RunResult
     start_waits.extend(still_waiting);
     insert_waits(scalars, "start_wait", "", &mut start_waits);
     insert_waits(scalars, "gate_wait", "", &mut metrics.gate_wait_samples()[mark.gate_waits..].to_vec());
+    // What the operator's dashboard would have shown over the measured window (`controller::metrics`, the live
+    // controller's buckets): its gate-wait panel's quantiles of placed pods, estimated from the buckets as
+    // histogram_quantile does, and the unit-hours billed per namespace and class.
+    let dashboard = world.readings().since(&mark.readings);
+    let placed = dashboard.gate_waits_of(None, Some(GateOutcome::Ungated));
+    for (q, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
+        scalars.insert(format!("dashboard_gate_wait_{name}_s"), placed.quantile(q).unwrap_or(0.0));
+    }
+    for ((namespace, class), seconds) in &dashboard.units_bound_seconds {
+        scalars.insert(format!("unit_hours:{namespace}:{class}"), seconds / 3_600.0);
+    }
     let counts = difference(metrics.counts(), &mark.counts);
     let count = |what: &str| counts.get(what).copied().unwrap_or(0) as f64;
     let order_refusals: BTreeMap<&str, u64> = result

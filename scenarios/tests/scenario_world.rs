@@ -89,3 +89,24 @@ fn a_workload_with_a_window_creates_vms_only_within_it() {
     assert!(*last <= Millis::seconds(7_200), "none after `until`: {last:?}");
     assert_eq!(world.vm_starts(), seen.len() as u64, "each started");
 }
+
+#[test]
+fn the_twins_dashboard_counts_every_ungate_across_failovers() {
+    use gpuclaim_engine::controller::metrics::GateOutcome;
+    // Two controller crashes: three processes lead in turn, and the run's readings sum what each measured.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/suite/07-controller-failover.yaml");
+    let scenario = parse_scenario(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut world = scenario.build(1, EventLog::new(None)).unwrap();
+    world.run(scenario.duration.0, 10_000_000).unwrap();
+    assert_eq!(world.deployment().elections, 3);
+    // The twin's own record of each ungate (the API server's pod, at the controller's write) is the reference.
+    let samples = world.metrics().gate_wait_samples();
+    let placed = world.readings().gate_waits_of(Some("h100"), Some(GateOutcome::Ungated));
+    assert!(samples.len() > 20, "{}", samples.len());
+    assert_eq!(placed.count(), samples.len() as u64);
+    let seconds: f64 = samples.iter().map(|ms| *ms as f64 / 1_000.0).sum();
+    assert!((placed.sum_seconds() - seconds).abs() < 1e-6, "{} / {seconds}", placed.sum_seconds());
+    let held = world.readings().units_bound_seconds;
+    assert!(held.keys().all(|(_, class)| class == "h100"), "{held:?}");
+    assert!(held[&("tenant-a".into(), "h100".into())] > 0.0 && held[&("tenant-b".into(), "h100".into())] > 0.0);
+}

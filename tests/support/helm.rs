@@ -9,6 +9,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "tool.rs"]
+pub mod tool;
+
 /// The repository root: the crate's directory or the one above it (the workspace's crates sit one level down).
 pub fn repository() -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -33,17 +36,7 @@ pub fn vm_chart() -> PathBuf {
 
 /// The helm binary: `$HELM`, else `helm` on the PATH; `None` (and a note saying how to get one) when neither runs.
 pub fn helm() -> Option<PathBuf> {
-    let candidate = std::env::var_os("HELM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("helm"));
-    match Command::new(&candidate).arg("version").output() {
-        Ok(output) if output.status.success() => Some(candidate),
-        _ => {
-            eprintln!(
-                "skipped: no helm ({}); `.ci/helm` fetches one and prints its path for HELM",
-                candidate.display()
-            );
-            None
-        }
-    }
+    tool::find("HELM", "helm", "version", "`.ci/helm` fetches one and prints its path for HELM")
 }
 
 /// Runs `helm ARGS… charts/gpuclaim`, returning its standard output (a failure fails the test with helm's words).

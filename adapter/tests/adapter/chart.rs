@@ -10,9 +10,7 @@ use gpuclaim_engine::review::Webhook;
 use kube::Resource;
 use serde_json::Value;
 
-#[path = "../../../tests/support/helm.rs"]
-mod helm;
-use helm::{helm, helm_run, of_kind};
+use crate::helm::{self, helm, helm_run, of_kind};
 
 const WEBHOOKS: [Webhook; 3] = [Webhook::Vmi, Webhook::Pod, Webhook::Order];
 

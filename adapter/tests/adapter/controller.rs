@@ -99,7 +99,7 @@ fn put_raw_gpu_pod(store: &FakeStore) {
 
 pub struct Controller {
     pub store: FakeStore,
-    metrics: Arc<Metrics>,
+    pub metrics: Arc<Metrics>,
     pub caches: Arc<Caches>,
     reconciler: Reconciler,
     /// The last lease renewal the writer sees.
@@ -282,11 +282,20 @@ async fn a_pass_writes_every_action_with_its_precondition_and_pins_and_ungates_i
     assert_eq!(placed["regarding"]["uid"], "uid-launcher-trainer");
     assert_eq!(placed["reportingController"], "gpuclaim-controller");
     let exposition = controller.metrics.encode();
-    // train-a and the template claim attached; infer-a released (its VMI is gone) and train-b, both kept bound.
-    let claims = ["{phase=\"Attached\"} 2", "{phase=\"Bound\"} 2", "{phase=\"Pending\"} 0"];
-    for line in claims.map(|c| format!("gpuclaim_claims{c}")).into_iter().chain(["gpuclaim_gated_pods 0".to_owned()]) {
+    // train-a and the template claim attached; infer-a released (its VMI is gone) and train-b, both kept bound; the
+    // trainer's launcher left the gate, ungated; nothing waits there now (no series).
+    let lines = [
+        r#"gpuclaim_claims{class="h100",phase="Attached"} 2"#,
+        r#"gpuclaim_claims{class="h100",phase="Bound"} 1"#,
+        r#"gpuclaim_claims{class="h100",phase="Pending"} 0"#,
+        r#"gpuclaim_claims{class="a100-40c",phase="Bound"} 1"#,
+        r#"gpuclaim_gate_wait_seconds_count{class="h100",outcome="ungated"} 1"#,
+        "# TYPE gpuclaim_gated_pods gauge",
+    ];
+    for line in lines {
         assert!(exposition.contains(&format!("\n{line}\n")), "{line} missing from\n{exposition}");
     }
+    assert!(!exposition.contains("gpuclaim_gated_pods{"), "{exposition}");
     assert!(exposition.contains("gpuclaim_writes_total{action=\"PinAndUngate\",result=\"ok\"} 1"), "{exposition}");
 
     // Read-your-writes: the view holds what was written, so even a pass over everything writes nothing.

@@ -55,6 +55,11 @@ impl FakeStore {
         version
     }
 
+    /// Deletes an object as if someone else did.
+    pub fn delete(&self, path: &str) -> Option<Value> {
+        self.0.lock().unwrap().objects.remove(path)
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.0.lock().unwrap().requests.clone()
     }

@@ -14,6 +14,7 @@ mod actions;
 mod apply;
 mod claims;
 mod confirm;
+pub mod metrics;
 mod names;
 mod placement;
 mod policy;

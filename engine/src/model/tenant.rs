@@ -46,6 +46,11 @@ impl Tenant {
         self.bound.get(class).copied().unwrap_or(0)
     }
 
+    /// Units the namespace's claims hold on nodes, by class.
+    pub fn bound_units(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.bound.iter().map(|(class, units)| (class.as_str(), *units))
+    }
+
     /// Each ResourceQuota's GPU budgets (quota name → class → hard units).
     pub fn quotas(&self) -> impl Iterator<Item = (&str, &BTreeMap<String, u64>)> {
         self.quotas.iter().map(|(name, hard)| (name.as_str(), hard))

@@ -15,6 +15,7 @@ mod handlers;
 mod replicas;
 
 use gpuclaim_engine::controller::Action;
+use gpuclaim_engine::controller::metrics::Figures;
 use gpuclaim_engine::controller::runtime::{
     self, Change, ObjectKey, Outcome, POLLS_PER_WAKE_MAX, Poll, Runtime, Watches, WorkQueue,
 };
@@ -70,9 +71,19 @@ impl GpuController {
         self.runtime.stats()
     }
 
-    /// This replica leads: its next pass goes over everything.
-    pub fn lead(&mut self) {
-        self.runtime.set_leading(true);
+    /// What its loop measured while it led (`controller::metrics`).
+    pub fn figures(&self) -> &Figures {
+        self.runtime.figures()
+    }
+
+    /// This replica leads from `now`: its next pass goes over everything.
+    pub fn lead(&mut self, now: Time) {
+        self.runtime.set_leading(true, now);
+    }
+
+    /// This replica stopped leading at `now` (its process went down).
+    pub fn step_down(&mut self, now: Time) {
+        self.runtime.set_leading(false, now);
     }
 
     /// A watch event: into the cache, its keys onto the work queue. Returns whether a pass has work now.

@@ -27,7 +27,8 @@ impl World {
             self.deployment.elections = 1;
             // The leader's first pass goes over everything at once (it publishes the classes before any order
             // reads them), as the live controller's first pass after its caches sync.
-            self.controller_mut().lead();
+            let now = self.time();
+            self.controller_mut().lead(now);
             self.wake_controller_at(self.now()).expect("now is never in the past");
         }
         self.api.admission.ready_replicas = self.deployment.ready();
@@ -62,6 +63,9 @@ impl World {
         self.deployment.replicas[index].state = ReplicaState::Down;
         self.record("gpu-controller", &format_args!("Pod {name}"), "Down", &[])?;
         if self.deployment.leader == Some(index) {
+            // Its process stops: what it measured stays with it until the next leader's process replaces it.
+            let now = self.time();
+            self.controller_mut().step_down(now);
             // Its last renewal: the latest tick of its retry grid.
             let since = self.now().0.saturating_sub(started.0);
             self.deployment.lease_renewed = Millis(started.0 + since / RETRY_PERIOD.0 * RETRY_PERIOD.0);
@@ -147,7 +151,11 @@ impl World {
         // The new leader runs the same engine: a counterfactual must not turn back into the shipped rules at the
         // first failover.
         let mut controller = GpuController::new(self.api.store().clone(), user, variant);
-        controller.lead();
+        let now = self.time();
+        controller.lead(now);
+        // The process it replaces measured what it measured while it led (its own series, as a replica's are).
+        let retired = self.controller().figures().readings(now);
+        self.retired_readings.merge(&retired);
         self.controller = Some(Box::new(controller));
         let now = self.now();
         self.wake_controller_at(now)

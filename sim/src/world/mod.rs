@@ -16,6 +16,7 @@ mod workloads;
 
 use std::collections::BTreeMap;
 
+use gpuclaim_engine::controller::metrics::{Gauges, Readings};
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Name, Node, Time, View};
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
@@ -189,6 +190,8 @@ pub struct World {
     pub(crate) wakes: std::collections::BTreeSet<Millis>,
     pub(crate) stats: Stats,
     pub(crate) metrics: crate::metrics::Metrics,
+    /// What the GPU controller processes that led before the current one measured (`controller::metrics`).
+    pub(crate) retired_readings: Readings,
     workloads: Vec<Workload>,
     /// The log's hash once the log was taken.
     closed_hash: Option<String>,
@@ -223,6 +226,7 @@ impl World {
             wakes: std::collections::BTreeSet::new(),
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::default(),
+            retired_readings: Readings::default(),
             workloads: Vec::new(),
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
@@ -419,6 +423,18 @@ impl World {
             *waiting.entry(reason.to_owned()).or_insert(0) += 1;
         }
         waiting
+    }
+
+    /// What an operator's dashboard reads of the run so far, with the live controller's names and buckets
+    /// (`controller::metrics`): every leading process's gate waits and unit-seconds summed, as a Prometheus query
+    /// sums the replicas' series, and the gauges of the current process's cache.
+    pub fn readings(&self) -> Readings {
+        let now = self.time();
+        let controller = self.controller();
+        let mut readings = self.retired_readings.clone();
+        readings.merge(&controller.figures().readings(now));
+        readings.gauges = Some(Gauges::of(controller.cache()));
+        readings
     }
 
     /// Whether a GPU controller replica leads (reconciles) now.

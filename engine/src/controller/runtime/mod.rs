@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! watch event      → queue.observe(cache, change); wake the loop if it returns true
-//! leadership moved → runtime.set_leading(leading)
+//! leadership moved → runtime.set_leading(leading, now)
 //! loop: match runtime.poll(cache, queue, now) {
 //!     Poll::Idle { wake_at }  → sleep until wake_at (or until a watch event wakes the queue)
 //!     Poll::Confirm(nodes)    → for each node: runtime.read_live(cache, queue, node, GET node + LIST its pods)
@@ -33,6 +33,9 @@
 //!   controller-runtime requeues a failed key rate-limited and a new event for it at once.
 //! - **A write not sent** because the lease lapsed stops the pass and tries again after [`NOT_LEADING_RETRY`] in
 //!   full, unless the driver says leadership is gone.
+//! - **What it measures** while it leads ([`Figures`], `controller::metrics`): the wait of each pod its cache sees
+//!   leave the placement gate, and the unit-seconds claims hold, accrued when a pass's writes are in. Measuring
+//!   changes nothing the loop does.
 
 mod backoff;
 mod observe;
@@ -43,11 +46,12 @@ use std::time::Duration;
 
 pub use backoff::{BUCKET_BURST, BUCKET_PER_SECOND, ITEM_BACKOFF_BASE, ITEM_BACKOFF_MAX, RateLimiter};
 pub use observe::{
-    Change, Kind, Namespace, Object, ObjectKey, Quota, Touched, newer, observe, pod_change_wakes, pod_deletion_wakes,
-    revision, run_key_visits, vmi_key_needed,
+    Change, Kind, Namespace, Object, ObjectKey, Quota, Touched, newer, observe, observe_noting, pod_change_wakes,
+    pod_deletion_wakes, revision, run_key_visits, vmi_key_needed,
 };
 pub use queue::{Watches, WorkQueue};
 
+use super::metrics::{Figures, GateExit};
 use super::{Action, Changes, EventKind, PinConfirmation, Waiting, reconcile_remembering};
 use crate::model::{Time, View};
 use crate::variant::Variant;
@@ -70,6 +74,10 @@ pub const NOT_LEADING_RETRY: Duration = Duration::from_millis(200);
 /// 10,000 waiting VMs writes a few per VM), so reaching it means the loop does not converge: a bug. The drivers stop
 /// there (the twin fails the run).
 pub const POLLS_PER_WAKE_MAX: usize = 1 << 22;
+
+/// The longest a leading loop goes without accruing the units claims hold when it writes no claim (what drops the
+/// series of a class or a tenant that went, `controller::metrics::SERIES_LINGER` after).
+pub const ACCRUAL_PERIOD_MAX: Duration = Duration::from_secs(60);
 
 /// Passes one poll may start: a pass that lands leaves nothing due before the next watch event, so a second turn
 /// serves only what the watches brought meanwhile (the live adapter's watches run beside its loop).
@@ -134,6 +142,12 @@ pub struct Runtime {
     /// An object a write found stale, read live before the retry.
     refresh: Option<ObjectKey>,
     stats: Stats,
+    figures: Figures,
+    /// Pods its own reads took off the gate, measured at the next poll.
+    exits: Vec<GateExit>,
+    /// The units held may have changed since they were last accrued: a claim was written (they change only so), or
+    /// this replica began leading (it accrued nothing while it followed).
+    holdings_changed: bool,
 }
 
 /// A pass being confirmed and written.
@@ -171,6 +185,9 @@ impl Runtime {
             pass: None,
             refresh: None,
             stats: Stats::default(),
+            figures: Figures::default(),
+            exits: Vec::new(),
+            holdings_changed: false,
         }
     }
 
@@ -191,9 +208,15 @@ impl Runtime {
         self.leading
     }
 
-    /// Leadership moved. A replica that starts leading passes over everything at once; one that stops drops its
-    /// pass (nothing more of it is written) and keeps its keys for when it leads again.
-    pub fn set_leading(&mut self, leading: bool) {
+    /// What it measured so far (`controller::metrics`).
+    pub fn figures(&self) -> &Figures {
+        &self.figures
+    }
+
+    /// Leadership moved at `now`. A replica that starts leading passes over everything at once; one that stops
+    /// drops its pass (nothing more of it is written), keeps its keys for when it leads again, and stops accruing
+    /// the units claims hold (the next leader does).
+    pub fn set_leading(&mut self, leading: bool, now: Time) {
         if leading == self.leading {
             return;
         }
@@ -201,11 +224,15 @@ impl Runtime {
         self.start_over();
         if leading {
             self.due = Some(Time::MIN);
+            self.holdings_changed = true;
+        } else {
+            self.figures.stop_accruing(now);
         }
     }
 
     /// What to do at `now`, on `cache` (the view the watches fill) and `queue` (what they queued).
     pub fn poll(&mut self, cache: &View, queue: &mut WorkQueue, now: Time) -> Poll {
+        self.measure_exits(queue, now);
         if let Some(object) = self.refresh.take() {
             return Poll::Refresh(object);
         }
@@ -307,6 +334,10 @@ impl Runtime {
         pass.writing = false;
         match outcome {
             Outcome::Written(changes) => {
+                self.holdings_changed |= matches!(
+                    action,
+                    Action::CreateClaim { .. } | Action::UpdateClaim { .. } | Action::DeleteClaim { .. }
+                );
                 // Naming the object costs a copy of its names per write: only worth it when something backs off.
                 if self.retries.backing_off() {
                     self.retries.forget(&target(action));
@@ -317,9 +348,12 @@ impl Runtime {
                     if let Change::Delete { .. } = &change {
                         queue.bury(change.key(), change.revision());
                     }
-                    if let Some(touched) = observe(cache, change) {
+                    if let Some(touched) = observe_noting(cache, change, Some(&mut self.exits)) {
                         self.pending_wakes |= queue::queue(&mut self.pending, touched);
                     }
+                }
+                for exit in self.exits.drain(..) {
+                    self.figures.left_gate(&exit, now);
                 }
             }
             Outcome::Stale => {
@@ -381,6 +415,7 @@ impl Runtime {
     /// Every write of the pass landed: a pass over everything is done, the waiters it left are remembered, and the
     /// echo of its writes is served after [`ECHO_DELAY`] when something still waits for it ([`echo_needs_pass`]).
     fn landed(&mut self, cache: &View, now: Time) {
+        self.accrue(cache, now);
         self.pass = None;
         self.full = false;
         self.waiting.landed();
@@ -395,6 +430,8 @@ impl Runtime {
     /// A write or read of `object` was refused: the pass stops there, its keys and the object's go back on the
     /// queue, and the next pass is due after the object's backoff.
     fn refused(&mut self, cache: &View, object: ObjectKey, now: Time) {
+        // Some of the pass's writes may have landed.
+        self.accrue(cache, now);
         self.stats.refused += 1;
         self.waiting.forget();
         if let Some(pass) = self.pass.take() {
@@ -437,8 +474,33 @@ impl Runtime {
         if queue.buried(&change) {
             return;
         }
-        if let Some(touched) = observe(cache, change) {
+        if let Some(touched) = observe_noting(cache, change, Some(&mut self.exits)) {
             self.pending_wakes |= queue::queue(&mut self.pending, touched);
+        }
+    }
+
+    /// The units claims hold, accrued up to `now` and read again from `cache` when they may have changed since the
+    /// last time (nothing else changes them: accruing later gives the same sum), or when the last time is
+    /// [`ACCRUAL_PERIOD_MAX`] ago (a series whose class or tenant went is dropped then).
+    fn accrue(&mut self, cache: &View, now: Time) {
+        if std::mem::take(&mut self.holdings_changed) || self.figures.accrued_before(now, ACCRUAL_PERIOD_MAX) {
+            self.figures.accrue(cache, now);
+        }
+    }
+
+    /// Pods the watch (while this replica leads) or its own reads took off the gate since the last poll: their
+    /// waits, measured now (a deletion wakes the loop, so now is when it came).
+    fn measure_exits(&mut self, queue: &mut WorkQueue, now: Time) {
+        let (leading, figures) = (self.leading, &mut self.figures);
+        queue.drain_exits(leading, |exit| {
+            if leading {
+                figures.left_gate(exit, now);
+            }
+        });
+        if !self.exits.is_empty() {
+            for exit in self.exits.drain(..).filter(|_| leading) {
+                figures.left_gate(&exit, now);
+            }
         }
     }
 }

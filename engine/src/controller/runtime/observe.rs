@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::model::{Claim, Class, Name, Node, Pod, PodPhase, Settings, Usage, View, Vmi, holds_placement_gate};
 
+use super::super::metrics::{GateExit, gate_exit};
 use super::super::{follow_to, vmi_change_matters};
 
 /// The kinds of object the controller caches.
@@ -199,13 +200,19 @@ pub enum Touched {
 /// Applies a change to a cache unless the cache already holds that revision or a newer one. Returns what it
 /// touched, or `None` when it changed nothing.
 pub fn observe(cache: &mut View, change: Change) -> Option<Touched> {
+    observe_noting(cache, change, None)
+}
+
+/// [`observe`], noting on `exits` a pod the change takes off the placement gate (ungated or deleted), for the
+/// gate-wait histogram (`controller::metrics`).
+pub fn observe_noting(cache: &mut View, change: Change, exits: Option<&mut Vec<GateExit>>) -> Option<Touched> {
     match change {
-        Change::Upsert(object) => upsert(cache, object),
-        Change::Delete { kind, namespace, name, revision } => delete(cache, kind, namespace, name, &revision),
+        Change::Upsert(object) => upsert(cache, object, exits),
+        Change::Delete { kind, namespace, name, revision } => delete(cache, kind, namespace, name, &revision, exits),
     }
 }
 
-fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
+fn upsert(cache: &mut View, object: Object, exits: Option<&mut Vec<GateExit>>) -> Option<Touched> {
     match object {
         Object::Claim(claim) => {
             let cached = cache.claim(&claim.namespace, &claim.name).map(|c| c.resource_version.as_str());
@@ -222,6 +229,9 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
                 return None;
             }
             let wakes = pod_change_wakes(cached.map(|cached| cached.phase), &pod);
+            if let (Some(exits), Some(cached)) = (exits, cached) {
+                exits.extend(gate_exit(cached, Some(&pod)));
+            }
             // A pod whose devices counted beyond its claims moved wakes one too (`upsert_pod_counting` says so: a
             // raw-device launcher or a migration target bound, so the classes publish fewer free units).
             let moved = cache.upsert_pod_counting(pod);
@@ -281,7 +291,14 @@ fn upsert(cache: &mut View, object: Object) -> Option<Touched> {
     }
 }
 
-fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: &str) -> Option<Touched> {
+fn delete(
+    cache: &mut View,
+    kind: Kind,
+    namespace: Name,
+    name: Name,
+    at: &str,
+    exits: Option<&mut Vec<GateExit>>,
+) -> Option<Touched> {
     // A cached object newer than the deletion is a re-creation the cache already saw: keep it. A deletion without a
     // revision is final.
     let keep = |cached: &str| !at.is_empty() && revision(cached) > revision(at);
@@ -299,6 +316,9 @@ fn delete(cache: &mut View, kind: Kind, namespace: Name, name: Name, at: &str) -
                 return None;
             }
             let wakes = pod_deletion_wakes(cached);
+            if let Some(exits) = exits {
+                exits.extend(gate_exit(cached, None));
+            }
             cache.remove_pod(&namespace, &name);
             Some(if wakes { Touched::Waiters } else { Touched::Quiet })
         }

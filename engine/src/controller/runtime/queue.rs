@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::model::View;
 
 use super::super::Changes;
-use super::observe::{Change, Kind, ObjectKey, Touched, observe};
+use super::super::metrics::GateExit;
+use super::observe::{Change, Kind, ObjectKey, Touched, observe_noting};
 
 /// How the watch events reach the controller: what a watch event's revision says about the rest of the stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,6 +33,10 @@ pub struct WorkQueue {
     /// The same, in the order they were dug (revisions only grow), per stream (`None`: the one stream): a tombstone
     /// is dropped once its stream has passed its revision, from the front, so keeping them costs nothing per event.
     dug: BTreeMap<Option<Kind>, VecDeque<(u64, ObjectKey)>>,
+    /// Pods the watch took off the placement gate since the loop last polled, while this replica leads (a standby
+    /// notes none: the leader's figures count them).
+    exits: Vec<GateExit>,
+    noting: bool,
 }
 
 impl WorkQueue {
@@ -49,7 +54,8 @@ impl WorkQueue {
             }
             self.passed(key.kind, revision);
         }
-        let Some(touched) = observe(cache, change) else { return false };
+        let exits = self.noting.then_some(&mut self.exits);
+        let Some(touched) = observe_noting(cache, change, exits) else { return false };
         let woke = queue(&mut self.keys, touched);
         self.woken |= woke;
         woke
@@ -96,6 +102,16 @@ impl WorkQueue {
     pub(super) fn take(&mut self) -> Changes {
         self.woken = false;
         std::mem::take(&mut self.keys)
+    }
+
+    /// Notes pods leaving the gate from now on (`noting`: this replica leads) or not; hands those noted so far to
+    /// `measure`.
+    pub(super) fn drain_exits(&mut self, noting: bool, mut measure: impl FnMut(&GateExit)) {
+        self.noting = noting;
+        if !self.exits.is_empty() {
+            self.exits.iter().for_each(&mut measure);
+            self.exits.clear();
+        }
     }
 
     /// The controller deleted `key` at `revision`: older states the watch still brings are not taken.

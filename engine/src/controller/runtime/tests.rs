@@ -221,7 +221,7 @@ struct Process {
 impl Process {
     fn leading(cache: View) -> Self {
         let mut runtime = Runtime::new(Variant::SHIPPED);
-        runtime.set_leading(true);
+        runtime.set_leading(true, Time::MIN);
         Process { cache, queue: WorkQueue::default(), runtime, asked: Vec::new() }
     }
 
@@ -284,10 +284,10 @@ const POD_1: &str = "Pod tenant-a/virt-launcher-vm-1-abcde";
 #[test]
 fn a_replica_reconciles_only_while_it_leads_and_a_new_leader_passes_over_everything_at_once() {
     let (mut cluster, mut process) = started(&[("vm-1", 3)]);
-    process.runtime.set_leading(false);
+    process.runtime.set_leading(false, ms(0));
     assert_eq!(process.run(&mut cluster, ms(0)), None, "a standby waits for leadership");
     assert!(process.asked.is_empty());
-    process.runtime.set_leading(true);
+    process.runtime.set_leading(true, ms(0));
     let wake_at = process.run(&mut cluster, ms(0));
     assert_eq!(process.asked.first().map(String::as_str), Some("confirm gpu-2"), "best fit, confirmed first");
     assert!(process.asked.contains(&format!("write {POD_1}")), "{:#?}", process.asked);
@@ -444,4 +444,99 @@ fn a_deletion_of_the_controllers_own_keeps_older_states_out_until_its_stream_has
         queue.observe(&mut cache, deleted("c", "14"));
         assert!(cache.claim("tenant-a", "c").is_none());
     }
+}
+
+// ---- What the loop measures (`controller::metrics`). ----
+
+fn gate_wait(process: &Process, outcome: crate::controller::metrics::GateOutcome, now: Time) -> (u64, f64) {
+    let readings = process.runtime.figures().readings(now);
+    let histogram = readings.gate_waits_of(Some("h100"), Some(outcome));
+    (histogram.count(), histogram.sum_seconds())
+}
+
+#[test]
+fn the_loop_measures_each_pod_leaving_the_gate_while_it_leads() {
+    use crate::controller::metrics::GateOutcome::{Deleted, Ungated};
+    // Both gated at 0 s; vm-1 placed at 2.5 s, vm-2 (9 units: no node has them) waits and is deleted at 40 s.
+    let (mut cluster, mut process) = started(&[("vm-1", 3), ("vm-2", 9)]);
+    process.run(&mut cluster, ms(2_500));
+    assert_eq!(gate_wait(&process, Ungated, ms(2_500)), (1, 2.5), "the ungate, measured when it was written");
+    assert_eq!(gate_wait(&process, Deleted, ms(2_500)), (0, 0.0));
+    let deleted = |name: &str, revision: &str| Change::Delete {
+        kind: Kind::Pod,
+        namespace: "tenant-a".into(),
+        name: name.into(),
+        revision: revision.into(),
+    };
+    assert!(process.watch(deleted("virt-launcher-vm-2-abcde", "")), "a gated pod's deletion wakes the loop");
+    process.run(&mut cluster, ms(40_000));
+    assert_eq!(gate_wait(&process, Deleted, ms(40_000)), (1, 40.0), "measured at the wake it brought");
+    let readings = process.runtime.figures().readings(ms(40_000));
+    let buckets = readings.gate_waits_of(Some("h100"), None).cumulative();
+    let le = |bound: f64| buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
+    assert_eq!((le(1.0), le(2.5), le(30.0), le(60.0), le(f64::INFINITY)), (0, 1, 1, 2, 2));
+
+    // A standby's cache sees pods leave the gate too (the leader's ungates, deletions): it measures none of them.
+    let (mut cluster, mut process) = started(&[("vm-1", 9)]);
+    process.runtime.set_leading(false, ms(0));
+    process.run(&mut cluster, ms(0));
+    process.watch(deleted("virt-launcher-vm-1-abcde", ""));
+    process.run(&mut cluster, ms(1_000));
+    assert_eq!(gate_wait(&process, Deleted, ms(1_000)), (0, 0.0));
+}
+
+#[test]
+fn the_loop_accrues_the_units_claims_hold_until_it_stops_leading() {
+    let (mut cluster, mut process) = started(&[("vm-1", 3)]);
+    process.run(&mut cluster, ms(0));
+    let held = |process: &Process, now: Time| {
+        let readings = process.runtime.figures().readings(now);
+        readings.units_bound_seconds.get(&("tenant-a".into(), "h100".into())).copied()
+    };
+    assert_eq!(held(&process, ms(0)), Some(0.0), "the template claim bound by the pass");
+    assert_eq!(held(&process, ms(10_000)), Some(30.0), "3 units for 10 s, read between passes");
+    process.runtime.set_leading(false, ms(20_000));
+    assert_eq!(held(&process, ms(50_000)), Some(60.0), "nothing accrues once it no longer leads");
+    // Leading again 40 s later (sooner than the loop's longest time between accruals), its first pass writes no
+    // claim: it reads what the claims hold all the same.
+    process.runtime.set_leading(true, ms(60_000));
+    process.run(&mut cluster, ms(60_000));
+    assert_eq!(held(&process, ms(70_000)), Some(90.0), "3 units again from 60 s");
+}
+
+#[test]
+fn a_pod_waiting_through_many_passes_gets_one_waiting_event() {
+    // vm-2's launcher tolerates no GPU node's taint: every node refuses it, and it waits while passes come and go.
+    let mut store = waiting_world(&[("vm-2", 1)]);
+    store
+        .edit_pod("tenant-a", "virt-launcher-vm-2-abcde", |pod| std::sync::Arc::make_mut(&mut pod.tolerations).clear());
+    let (mut cluster, mut process) = (FakeCluster::new(store.clone()), Process::leading(store));
+    for second in 1..=5 {
+        // A VM of one unit at the gate wakes a pass every second, and is placed.
+        let vm = format!("small-{second}");
+        let run = vmi("tenant-a", &vm, VmiPhase::Scheduling, None);
+        let pod = gated_launcher("tenant-a", &vm, r#"[{"template":0,"class":"h100","count":1}]"#, H100, 1, ms(0));
+        cluster.store.upsert_vmi(run.clone());
+        cluster.store.upsert_pod(pod.clone());
+        process.watch(Change::Upsert(Object::Vmi(run)));
+        process.watch(Change::Upsert(Object::Pod(pod)));
+        process.run(&mut cluster, ms(second * 1_000));
+    }
+    process.run(&mut cluster, after(ms(0), RESYNC_PERIOD));
+    assert_eq!(process.runtime.stats().passes, 6, "a pass per second's VM, and the resync over everything");
+    let events: Vec<(&str, &str)> = cluster
+        .written
+        .iter()
+        .filter_map(|action| match action {
+            Action::Event { reason, object, .. } if object.name.starts_with("virt-launcher-vm-2") => {
+                Some((*reason, object.name.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events, [("Waiting", "virt-launcher-vm-2-abcde")], "one event, when the condition was first set");
+    let waiting = cluster.store.pod("tenant-a", "virt-launcher-vm-2-abcde").unwrap().waiting.clone().unwrap();
+    assert_eq!(waiting.reason, "NoCapacity");
+    let placed = cluster.written.iter().filter(|a| matches!(a, Action::Event { reason: "Placed", .. })).count();
+    assert_eq!(placed, 5, "every small VM placed beside it");
 }
