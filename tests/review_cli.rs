@@ -558,14 +558,28 @@ fn order_over_the_class_max_count_is_refused() {
 }
 
 #[test]
-fn order_over_the_largest_free_units_on_one_node_is_refused() {
-    // 6 units of h100 are free, but at most 3 on any one node.
+fn order_over_the_largest_free_units_on_one_node_is_refused_fragmented_or_for_capacity() {
+    // 6 units of h100 are free in total, but at most 3 on any one node: 4 are there, on no one node.
     assert_refused(
         &review("order-no-capacity.json"),
         &request_of("order-no-capacity.json"),
         403,
+        "Fragmented",
+        concat!(
+            r#"spec.count 4 fits no one node of GPU class "h100": 6 units are free in total, at most 3 on one node "#,
+            "(the class is fragmented)"
+        ),
+    );
+    // 7 are more than the class has free at all.
+    let review = with_object("order-no-capacity.json", "5d0c8e6a-2b4f-4c31-9a7e-0f6b2d8c4e19", |claim| {
+        claim["spec"]["count"] = json!(7);
+    });
+    assert_refused(
+        &review_stdin(&review),
+        &review["request"],
+        403,
         "NoCapacity",
-        r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#,
+        r#"spec.count 7 is more than the 3 free units of GPU class "h100" on any one node"#,
     );
 }
 
@@ -714,15 +728,27 @@ fn order_checks_run_in_the_documented_order() {
         "CountOverMax",
         r#"spec.count 2 is more than the maxCount 1 of GPU class "a100-40c""#,
     );
-    // Over the budget (2 of h100 in tenant-b) and over the free units on one node: capacity before budget.
-    review["request"]["object"]["spec"] = json!({"className": "h100", "count": 4});
+    // Over the budget (2 of h100 in tenant-b) and over the free units in total: capacity before budget.
+    review["request"]["object"]["spec"] = json!({"className": "h100", "count": 7});
     review["request"]["uid"] = json!("f3b9d5a1-7c2e-4068-b4f0-e6a2c8d1b947");
     assert_refused(
         &review_stdin(&review),
         &review["request"],
         403,
         "NoCapacity",
-        r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#,
+        r#"spec.count 7 is more than the 3 free units of GPU class "h100" on any one node"#,
+    );
+    // Over the budget and fragmented (4 of the 6 free, at most 3 on one node): capacity before budget too.
+    review["request"]["object"]["spec"] = json!({"className": "h100", "count": 4});
+    assert_refused(
+        &review_stdin(&review),
+        &review["request"],
+        403,
+        "Fragmented",
+        concat!(
+            r#"spec.count 4 fits no one node of GPU class "h100": 6 units are free in total, at most 3 on one node "#,
+            "(the class is fragmented)"
+        ),
     );
 }
 

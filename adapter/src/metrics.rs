@@ -298,10 +298,13 @@ fn encode_readings(readings: &Readings, now: Time, mut encoder: DescriptorEncode
     for ((class, phase), claims) in &gauges.claims {
         metric.encode_family(&[("class", class.as_str()), ("phase", phase_name(*phase))])?.encode_gauge(claims)?;
     }
-    let published: [(&str, &str, UnitsOf); 3] = [
+    let published: [(&str, &str, UnitsOf); 4] = [
         ("class_allocatable_units", "Units on the nodes a class may use", |p| p.allocatable_units),
         ("class_free_units", "Units of a class not bound nor taken", |p| p.free_units),
         ("class_largest_free_on_node_units", "The most free units of a class on one node", |p| p.largest_free_on_node),
+        ("class_fragmented_units", "Free units of a class on nodes that cannot take its most common claim size", |p| {
+            p.fragmented_units
+        }),
     ];
     for (name, help, units) in published {
         let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;

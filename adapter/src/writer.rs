@@ -572,6 +572,31 @@ pub fn publish_patch(version: &str, published: &Published) -> Value {
             "allocatableUnits": published.allocatable_units,
             "freeUnits": published.free_units,
             "largestFreeOnNode": published.largest_free_on_node,
+            "fragmentedUnits": published.fragmented_units,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuclaim_engine::api::GPUClassStatus;
+
+    use super::*;
+
+    #[test]
+    fn the_published_figures_read_back_as_the_class_status() {
+        let published =
+            Published { allocatable_units: 24, free_units: 4, largest_free_on_node: 2, fragmented_units: 4 };
+        let patch = publish_patch("7", &published);
+        let status: GPUClassStatus = serde_json::from_value(patch["status"].clone()).unwrap();
+        assert_eq!(
+            (status.allocatable_units, status.free_units, status.largest_free_on_node, status.fragmented_units),
+            (24, 4, 2, 4)
+        );
+        // A status written before issue 35 has no fragmentedUnits: it reads as 0.
+        let old: GPUClassStatus =
+            serde_json::from_value(serde_json::json!({"allocatableUnits": 24, "freeUnits": 4, "largestFreeOnNode": 2}))
+                .unwrap();
+        assert_eq!(old.fragmented_units, 0);
+    }
 }

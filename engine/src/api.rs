@@ -21,6 +21,27 @@ pub enum GpuMode {
     Vgpu,
 }
 
+/// How the controller chooses among the nodes where a claim (or a VM's whole set) fits: a class's placement
+/// policy (docs/controller.md, "Placement policies").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum Placement {
+    /// The node with the fewest free units that still fit (then by name): keeps large blocks whole.
+    #[default]
+    BestFit,
+    /// The node with the most free units (then by name), as kube-scheduler's LeastAllocated: spreads load and
+    /// the blast radius of a node's loss.
+    Spread,
+    /// The node whose choice least raises the class's expected fragmentation given the claim sizes the class has
+    /// seen (FGD, Weng et al., ATC'23, for whole units).
+    FragmentationAware,
+}
+
+impl Placement {
+    pub fn is_best_fit(&self) -> bool {
+        *self == Placement::BestFit
+    }
+}
+
 /// A kind of GPU tenants may order, as one extended resource of the device plugin.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -39,7 +60,9 @@ pub enum GpuMode {
     printcolumn = r#"{"name":"Resource","type":"string","jsonPath":".spec.resourceName"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Free","type":"integer","jsonPath":".status.freeUnits"}"#,
-    printcolumn = r#"{"name":"LargestFree","type":"integer","jsonPath":".status.largestFreeOnNode"}"#
+    printcolumn = r#"{"name":"LargestFree","type":"integer","jsonPath":".status.largestFreeOnNode"}"#,
+    printcolumn = r#"{"name":"Fragmented","type":"integer","jsonPath":".status.fragmentedUnits"}"#,
+    printcolumn = r#"{"name":"Placement","type":"string","jsonPath":".spec.placement","priority":1}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GPUClassSpec {
@@ -58,6 +81,9 @@ pub struct GPUClassSpec {
     /// Whether a VMI with exactly one unit of this (vGPU) class may live-migrate. Passthrough never does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub live_migratable: bool,
+    /// How the controller chooses a node among those that fit (default `BestFit`).
+    #[serde(default, skip_serializing_if = "Placement::is_best_fit")]
+    pub placement: Placement,
 }
 
 /// What the controller publishes for the order webhook to read.
@@ -70,6 +96,10 @@ pub struct GPUClassStatus {
     pub free_units: u64,
     /// The most free units on any one node: a claim lands on one node, so this bounds an order.
     pub largest_free_on_node: u64,
+    /// Free units on nodes that cannot take the class's most common claim size (of the claims it holds now): units
+    /// free but stranded for the claims the class mostly sees.
+    #[serde(default)]
+    pub fragmented_units: u64,
 }
 
 /// What the API server answers a GPUClaim update that changes the spec (the CRD's transition rule).

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 
 use crate::keys::{self, kubevirt};
-use crate::model::{Claim, ClaimPhase, Class, GpuMode, Name, Node, Pod, Published, Time, View, Vmi, VmiPhase, VmiRef};
+use crate::model::{
+    Claim, ClaimPhase, Class, GpuMode, Name, Node, Placement, Pod, Published, Time, View, Vmi, VmiPhase, VmiRef,
+};
 
 /// The taint GPU nodes carry so only GPU workloads land there.
 pub fn gpu_toleration(resource_name: &str) -> Toleration {
@@ -29,10 +31,12 @@ pub fn class(name: &str, resource_name: &str, mode: GpuMode, max_count: u32, lar
         node_selector: BTreeMap::new().into(),
         tolerations: vec![gpu_toleration(resource_name)].into(),
         live_migratable: mode == GpuMode::Vgpu,
+        placement: Placement::BestFit,
         published: Published {
             allocatable_units: largest_free_on_node * 4,
             free_units: largest_free_on_node * 2,
             largest_free_on_node,
+            fragmented_units: 0,
         },
         resource_version: "1".to_owned(),
     }

@@ -16,6 +16,9 @@ pub const FONT: &str = "DejaVu Sans";
 /// DejaVu Sans 2.37 (Bitstream Vera licence with DejaVu's public-domain changes: assets/DejaVuSans-LICENSE.txt).
 pub static FONT_TTF: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 pub const SIZE: (u32, u32) = (860, 460);
+/// The x axes' labels: time, or a fill's arrived demand.
+pub const TIME_HOURS: &str = "time (hours)";
+pub const ARRIVED: &str = "units arrived (% of the cluster's)";
 
 fn register_font() {
     static ONCE: Once = Once::new();
@@ -31,9 +34,12 @@ fn register_font() {
 #[derive(Clone, Debug)]
 pub enum Chart {
     /// Values over time, one line per variant (the seeds' median) with the min–max band.
-    Lines { title: String, y_label: String, percent: bool, lines: Vec<(String, SeriesSpread)> },
+    Lines { title: String, y_label: String, percent: bool, x_label: String, lines: Vec<(String, SeriesSpread)> },
     /// Waits per variant: for each named percentile, the seeds' median with a min–max whisker.
     Waits { title: String, y_label: String, variants: Vec<(String, Vec<(String, Spread)>)> },
+    /// A fill: units allocated (share) against units arrived (% of the cluster's, in `t_hours`), one line per
+    /// variant with the min–max band, and the demand's diagonal.
+    Fill { title: String, lines: Vec<(String, SeriesSpread)> },
     /// A compaction search: the SLO metric per node count tried, and the SLO.
     Compaction { title: String, x_label: String, y_label: String, slo_seconds: f64, probes: Vec<(u32, Spread)> },
 }
@@ -99,8 +105,11 @@ where
 {
     root.fill(&WHITE)?;
     match chart {
-        Chart::Lines { title, y_label, percent, lines } => draw_lines(root, title, y_label, *percent, lines),
+        Chart::Lines { title, y_label, percent, x_label, lines } => {
+            draw_lines(root, title, (x_label, y_label), *percent, lines)
+        }
         Chart::Waits { title, y_label, variants } => draw_waits(root, title, y_label, variants),
+        Chart::Fill { title, lines } => draw_fill(root, title, lines),
         Chart::Compaction { title, x_label, y_label, slo_seconds, probes } => {
             draw_compaction(root, title, x_label, y_label, *slo_seconds, probes)
         }
@@ -136,7 +145,7 @@ fn nice_max(value: f64) -> f64 {
 fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
-    y_label: &str,
+    (x_label, y_label): (&str, &str),
     percent: bool,
     lines: &[(String, SeriesSpread)],
 ) -> DrawResult
@@ -155,7 +164,7 @@ where
         .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
     chart
         .configure_mesh()
-        .x_desc("time (hours)")
+        .x_desc(x_label)
         .y_desc(y_label)
         .y_label_formatter(&|y| axis_number(*y))
         .x_label_formatter(&|x| axis_number(*x))
@@ -177,6 +186,54 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
     }
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    Ok(())
+}
+
+fn draw_fill<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    lines: &[(String, SeriesSpread)],
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let x_max = lines.iter().flat_map(|(_, s)| s.t_hours.last().copied()).fold(100.0, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 20))
+        .margin(14)
+        .x_label_area_size(46)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..x_max, 0f64..100.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(ARRIVED)
+        .y_desc("units allocated (%)")
+        .y_label_formatter(&|y| axis_number(*y))
+        .x_label_formatter(&|x| axis_number(*x))
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 14))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    let grey = RGBColor(120, 120, 120);
+    let demand = [(0.0, 0.0), (100.0, 100.0), (x_max, 100.0)];
+    chart
+        .draw_series(DashedLineSeries::new(demand, 6, 4, grey.stroke_width(1)))?
+        .label("demand")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(1)));
+    let band_alpha = (0.45 / lines.len().max(1) as f64).clamp(0.06, 0.15);
+    for (index, (name, spread)) in lines.iter().enumerate() {
+        let c = color(index);
+        let upper = spread.t_hours.iter().zip(&spread.max).map(|(x, v)| (*x, v * 100.0));
+        let lower = spread.t_hours.iter().zip(&spread.min).rev().map(|(x, v)| (*x, v * 100.0));
+        chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(band_alpha))))?;
+        let median =
+            std::iter::once((0.0, 0.0)).chain(spread.t_hours.iter().zip(&spread.p50).map(|(x, v)| (*x, v * 100.0)));
+        chart
+            .draw_series(LineSeries::new(median, c.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 

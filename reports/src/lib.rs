@@ -17,6 +17,7 @@
 pub mod charts;
 pub mod compaction;
 pub mod erlang;
+pub mod fill;
 pub mod render;
 pub mod run;
 pub mod shard;
@@ -72,6 +73,23 @@ pub struct VariantSummary {
     /// Series over seeds by name (`utilisation:<class>`, `gate_queue`, ...), for the charts.
     #[serde(skip)]
     pub series: BTreeMap<String, SeriesSpread>,
+    /// A fill's curve over seeds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<FillCurve>,
+}
+
+/// A fill's curve over seeds: per point (% of the cluster's units arrived), the share of them allocated, the
+/// seeds' median and range.
+#[derive(Clone, Debug, Serialize)]
+pub struct FillCurve {
+    pub arrived_pct: Vec<f64>,
+    pub allocated_p50: Vec<f64>,
+    pub allocated_min: Vec<f64>,
+    pub allocated_max: Vec<f64>,
+    /// The units arrived and not allocated, as a share of the cluster's.
+    pub waiting_p50: Vec<f64>,
+    pub waiting_min: Vec<f64>,
+    pub waiting_max: Vec<f64>,
 }
 
 /// One node count a compaction search tried.
@@ -147,7 +165,18 @@ pub fn plan_variants(study: &Study) -> Result<Vec<PlannedRun>, ReportError> {
 pub fn run_planned(study: &Study, planned: &PlannedRun) -> Result<RunResult, RunError> {
     let classes = study.slo.as_ref().map_or(&[][..], |slo| &slo.classes[..]);
     let PlannedRun { id, scenario, engine } = planned;
-    run_one(&id.variant, scenario, *engine, id.seed, study.samples, study.warmup, classes)
+    let (samples, warmup) = (study.samples, study.warmup);
+    let Some(resample_to) = study.fill else {
+        return run_one(&id.variant, scenario, *engine, id.seed, samples, warmup, classes, None);
+    };
+    // A fill's scenario is drawn per seed from its variant's (a compaction refuses a fill, so every run of a fill is
+    // a variant's).
+    let fail = |reason: String| RunError { variant: id.variant.clone(), seed: id.seed, reason };
+    let variant = study.variants.iter().find(|v| v.name == id.variant);
+    let variant = variant.ok_or_else(|| fail("no variant of this name in the study".to_owned()))?;
+    let (tree, fill) = fill::fill_scenario(&variant.scenario, id.seed, resample_to).map_err(fail)?;
+    let scenario = to_scenario(&tree).map_err(fail)?;
+    run_one(&id.variant, &scenario, *engine, id.seed, samples, warmup, classes, Some(&fill))
 }
 
 /// What a study's runs add up to: `runs` are the variants × seeds in [`plan_variants`]' order.
@@ -196,7 +225,25 @@ fn summarise(study: &Study, variant: &study::Variant, runs: &[&RunResult]) -> Va
         add("gate_queue".to_owned(), &|r| Some(&r.series.gate_queue));
         add("crash_loop".to_owned(), &|r| Some(&r.series.crash_loop));
     }
+    let fill = runs.iter().any(|r| !r.fill.is_empty()).then(|| {
+        let points = runs.iter().map(|r| r.fill.len()).min().unwrap_or(0);
+        let arrived: Vec<f64> = (1..=points).map(|x| x as f64).collect();
+        let curves: Vec<&[f64]> = runs.iter().map(|r| &r.fill[..points]).collect();
+        let spread = series_spread(&arrived, &curves);
+        let waiting: Vec<&[f64]> = runs.iter().map(|r| &r.fill_waiting[..points]).collect();
+        let waiting = series_spread(&arrived, &waiting);
+        FillCurve {
+            arrived_pct: spread.t_hours,
+            allocated_p50: spread.p50,
+            allocated_min: spread.min,
+            allocated_max: spread.max,
+            waiting_p50: waiting.p50,
+            waiting_min: waiting.min,
+            waiting_max: waiting.max,
+        }
+    });
     VariantSummary {
+        fill,
         name: variant.name.clone(),
         description: variant.description.clone(),
         engine: variant.engine,

@@ -35,6 +35,56 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
         report.variants.iter().filter_map(|v| v.series.get(key).map(|s| (v.name.clone(), s.clone()))).collect()
     };
     let wants = |group: MetricGroup| study.metrics.contains(&group);
+    let fills: Vec<(String, crate::stats::SeriesSpread)> = report
+        .variants
+        .iter()
+        .filter_map(|v| {
+            let fill = v.fill.as_ref()?;
+            let spread = crate::stats::SeriesSpread {
+                t_hours: fill.arrived_pct.clone(),
+                p50: fill.allocated_p50.clone(),
+                min: fill.allocated_min.clone(),
+                max: fill.allocated_max.clone(),
+            };
+            Some((v.name.clone(), spread))
+        })
+        .collect();
+    let waiting: Vec<(String, crate::stats::SeriesSpread)> = report
+        .variants
+        .iter()
+        .filter_map(|v| {
+            let fill = v.fill.as_ref()?;
+            let spread = crate::stats::SeriesSpread {
+                t_hours: fill.arrived_pct.clone(),
+                p50: fill.waiting_p50.clone(),
+                min: fill.waiting_min.clone(),
+                max: fill.waiting_max.clone(),
+            };
+            Some((v.name.clone(), spread))
+        })
+        .collect();
+    if !fills.is_empty() {
+        out.push(NamedChart {
+            name: "fill-waiting".to_owned(),
+            caption: "Fill: units arrived but not allocated (their VMs wait), in % of the cluster's units, against \
+                      units arrived; seeds' median with min–max band: where a policy leaves the diagonal."
+                .to_owned(),
+            chart: Chart::Lines {
+                title: "Units arrived and waiting as the cluster fills".to_owned(),
+                y_label: "units waiting (% of the cluster's)".to_owned(),
+                percent: false,
+                x_label: charts::ARRIVED.to_owned(),
+                lines: waiting.into_iter().map(|(name, s)| (name, scaled(s, 100.0))).collect(),
+            },
+        });
+        out.push(NamedChart {
+            name: "fill".to_owned(),
+            caption: "Fill: units allocated against units arrived, both in % of the cluster's units; seeds' median \
+                      with min–max band. The dashed line is the demand (allocation can follow it up to 100%)."
+                .to_owned(),
+            chart: Chart::Fill { title: "Units allocated as the cluster fills".to_owned(), lines: fills },
+        });
+    }
     if wants(MetricGroup::Utilisation) {
         for class in &classes {
             out.push(NamedChart {
@@ -44,6 +94,7 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
                     title: format!("GPU utilisation: {class}"),
                     y_label: "units in use (%)".to_owned(),
                     percent: true,
+                    x_label: charts::TIME_HOURS.to_owned(),
                     lines: lines(&format!("utilisation:{class}")),
                 },
             });
@@ -57,6 +108,7 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
                 title: "VMs waiting at the gate".to_owned(),
                 y_label: "pods at the gate".to_owned(),
                 percent: false,
+                x_label: charts::TIME_HOURS.to_owned(),
                 lines: lines("gate_queue"),
             },
         });
@@ -110,6 +162,7 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
                     title: format!("Stranded free units: {class}"),
                     y_label: "units".to_owned(),
                     percent: false,
+                    x_label: charts::TIME_HOURS.to_owned(),
                     lines: lines(&format!("stranded_units:{class}")),
                 },
             });
@@ -123,6 +176,7 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
                 title: "VMs in CrashLoopBackOff".to_owned(),
                 y_label: "VMs".to_owned(),
                 percent: false,
+                x_label: charts::TIME_HOURS.to_owned(),
                 lines: lines("crash_loop"),
             },
         });
@@ -146,6 +200,14 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
         });
     }
     out
+}
+
+/// A series with its values times `factor`.
+fn scaled(mut spread: crate::stats::SeriesSpread, factor: f64) -> crate::stats::SeriesSpread {
+    for values in [&mut spread.p50, &mut spread.min, &mut spread.max] {
+        values.iter_mut().for_each(|v| *v *= factor);
+    }
+    spread
 }
 
 /// summary.json: the study's parameters and every variant's figures across seeds.
@@ -196,6 +258,12 @@ fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_owned() }
 }
 
+/// The first-short figure of a fill run whose allocation never fell below its demand: one past its last point.
+fn fill_never(report: &Report) -> String {
+    let points = report.variants.iter().filter_map(|v| v.fill.as_ref()).map(|f| f.arrived_pct.len()).min();
+    number(points.unwrap_or(0) as f64 + 1.0)
+}
+
 /// The rows of the figures table: (label, scalar, unit scale, unit).
 fn figure_rows(report: &Report) -> Vec<(String, String)> {
     let study = &report.study;
@@ -210,6 +278,23 @@ fn figure_rows(report: &Report) -> Vec<(String, String)> {
             rows.push((label, key));
         }
     };
+    if let Some(resample_to) = study.fill {
+        let end = number(resample_to * 100.0);
+        add(
+            "fill: units allocated at 100% arrived (% of the cluster's)".to_owned(),
+            "fill_allocated_pct_at_100".into(),
+        );
+        add("fill: arrived units waiting at 100% arrived".to_owned(), "fill_units_waiting_at_100".to_owned());
+        add(
+            format!("fill: first point allocation falls below demand (% arrived; {} = never)", fill_never(report)),
+            "fill_first_short_pct".to_owned(),
+        );
+        add(format!("fill: units allocated at {end}% arrived (%)"), "fill_allocated_pct_at_end".to_owned());
+        add("fill: VMs arrived".to_owned(), "fill_arrivals".to_owned());
+        for key in names.iter().filter(|k| k.starts_with("fill_waiting_at_end:")) {
+            add(format!("fill: VMs waiting at the end, {}", &key["fill_waiting_at_end:".len()..]), key.clone());
+        }
+    }
     add("VM starts".to_owned(), "vm_starts".to_owned());
     if wants(MetricGroup::Utilisation) {
         for key in names.iter().filter(|k| k.starts_with("utilisation:") || k.starts_with("allocated:")) {
@@ -304,16 +389,7 @@ pub fn markdown(report: &Report, command: &str, charts: &[NamedChart]) -> String
     if !study.description.is_empty() {
         writeln!(w, "{}\n", study.description.trim()).expect("writing to a String");
     }
-    writeln!(
-        w,
-        "{} variants × {} seeds ({}), {} simulated hours each, figures after a {} h warm-up. Reproduce with:\n\n```sh\n{command}\n```\n",
-        report.variants.len(),
-        study.seeds.len(),
-        seeds_text(&study.seeds),
-        number(study.duration.0 as f64 / 3_600_000.0),
-        number(study.warmup.0 as f64 / 3_600_000.0),
-    )
-    .expect("writing to a String");
+    writeln!(w, "{} Reproduce with:\n\n```sh\n{command}\n```\n", runs_sentence(report)).expect("writing to a String");
     writeln!(w, "Each cell: the seeds' median · 90th percentile (min–max).\n").expect("writing to a String");
     write!(w, "| figure |").expect("writing to a String");
     for v in &report.variants {
@@ -397,6 +473,26 @@ fn refusals_md(report: &Report, w: &mut String) {
     writeln!(w).expect("writing to a String");
 }
 
+/// What the runs were: variants × seeds, and how long or how full.
+fn runs_sentence(report: &Report) -> String {
+    let study = &report.study;
+    let runs =
+        format!("{} variants × {} seeds ({})", report.variants.len(), study.seeds.len(), seeds_text(&study.seeds));
+    match study.fill {
+        Some(resample_to) => format!(
+            "{runs}, each a fill: the scenario's VMs arrive in a seeded shuffled order, {} s apart, and never leave, \
+             until they ask {}% of the cluster's units.",
+            number(crate::fill::FILL_SPACING.0 as f64 / 1_000.0),
+            number(resample_to * 100.0)
+        ),
+        None => format!(
+            "{runs}, {} simulated hours each, figures after a {} h warm-up.",
+            number(study.duration.0 as f64 / 3_600_000.0),
+            number(study.warmup.0 as f64 / 3_600_000.0)
+        ),
+    }
+}
+
 fn seeds_text(seeds: &[u64]) -> String {
     let consecutive = seeds.windows(2).all(|p| p[1] == p[0] + 1);
     match (seeds.first(), seeds.last()) {
@@ -459,13 +555,8 @@ pub fn html(report: &Report, command: &str, charts: &[(NamedChart, String)]) -> 
     }
     writeln!(
         w,
-        "<p>{} variants × {} seeds ({}), {} simulated hours each, figures after a {} h warm-up. Each cell: the \
-         seeds' median · 90th percentile (min–max).</p>",
-        report.variants.len(),
-        study.seeds.len(),
-        seeds_text(&study.seeds),
-        number(study.duration.0 as f64 / 3_600_000.0),
-        number(study.warmup.0 as f64 / 3_600_000.0),
+        "<p>{} Each cell: the seeds' median · 90th percentile (min–max).</p>",
+        html_escape(&runs_sentence(report))
     )
     .expect("writing to a String");
     writeln!(w, "<p>Reproduce with:</p><pre>{}</pre>", html_escape(command)).expect("writing to a String");

@@ -1,7 +1,7 @@
 //! One run of one variant on one seed: the world built from the variant's scenario, run in chunks to sample the
 //! cluster between them, and what it measured. Every figure is a pure function of (scenario, seed).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpuclaim_engine::controller::metrics::{GateOutcome, Readings};
 use gpuclaim_engine::variant::Variant as EngineVariant;
@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use gpuclaim_engine::references::GpuEntry;
 
+use crate::fill::FillPlan;
 use crate::study::{classes_key, typical_claim};
 
 /// The most events one run may handle before it is declared runaway.
@@ -55,6 +56,13 @@ pub struct RunResult {
     /// Refusals after the warm-up, by `<what>:<reason>`.
     pub refusals: BTreeMap<String, u64>,
     pub series: Series,
+    /// A fill's curve: the share of the cluster's units allocated at 1, 2, … % of them arrived (empty unless the
+    /// study fills). Written with the run (a shard's run is merged from its JSON), left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fill: Vec<f64>,
+    /// At the same points, the units arrived and not allocated (waiting), as a share of the cluster's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fill_waiting: Vec<f64>,
 }
 
 /// Counters at the warm-up's end, subtracted from the run's end.
@@ -165,6 +173,7 @@ impl StartWatch {
 /// Runs `scenario` on `seed` and measures it: sampled `samples` times at even intervals; waits and counts taken
 /// after `warmup`, as are the time series' means. With `slo_classes`, also the start waits of the timed VMs
 /// ordering those classes (`start_wait_p90_s:<classes>`...).
+#[allow(clippy::too_many_arguments)]
 pub fn run_one(
     variant: &str,
     scenario: &Scenario,
@@ -173,6 +182,7 @@ pub fn run_one(
     samples: u32,
     warmup: Millis,
     slo_classes: &[String],
+    fill: Option<&FillPlan>,
 ) -> Result<RunResult, RunError> {
     let fail = |reason: String| RunError { variant: variant.to_owned(), seed, reason };
     // Nothing in a report reads the event log's hash: the run only counts its lines.
@@ -201,21 +211,52 @@ pub fn run_one(
         .map(|c| (c.name.clone(), c.resource_name.clone(), typical_claim(scenario, &c.name)))
         .collect();
     let mut series = Series::default();
+    let mut fill_figures = BTreeMap::new();
     let mut mark = if warmup == Millis(0) { Some(Mark::default()) } else { None };
     // Sample points after the warm-up count towards the series' means.
     let mut measured = Vec::new();
-    for i in 1..=u64::from(samples) {
-        let t = Millis(duration.0 * i / u64::from(samples));
-        if mark.is_none() && warmup <= t {
-            advance(&mut world, warmup)?;
-            mark = Some(Mark::of(&world));
+    let mut curve = Vec::new();
+    let mut waiting = Vec::new();
+    match fill {
+        // A fill is sampled at its points (a fill has no warm-up): the series and the curve.
+        Some(plan) => {
+            let mut first_short = None;
+            for (x, (t, arrived)) in (1..).zip(&plan.points) {
+                advance(&mut world, *t)?;
+                sample(&world, *t, &classes, &mut series);
+                measured.push(true);
+                let allocated = allocated_units(&world);
+                curve.push(allocated as f64 / plan.cluster_units as f64);
+                waiting.push(arrived.saturating_sub(allocated) as f64 / plan.cluster_units as f64);
+                if first_short.is_none() && allocated < *arrived {
+                    first_short = Some(x);
+                }
+            }
+            advance(&mut world, duration)?;
+            fill_scalars(plan, &curve, first_short, &mut fill_figures);
+            // Why the VMs left over wait: the fill's answer to "why does it wait when units are free".
+            for pod in world.store().gated_pods() {
+                let reason = pod.waiting.as_ref().map_or("(none yet)", |w| w.reason.as_str());
+                *fill_figures.entry(format!("fill_waiting_at_end:{reason}")).or_insert(0.0) += 1.0;
+            }
         }
-        advance(&mut world, t)?;
-        sample(&world, t, &classes, &mut series);
-        measured.push(t > warmup);
+        None => {
+            for i in 1..=u64::from(samples) {
+                let t = Millis(duration.0 * i / u64::from(samples));
+                if mark.is_none() && warmup <= t {
+                    advance(&mut world, warmup)?;
+                    mark = Some(Mark::of(&world));
+                }
+                advance(&mut world, t)?;
+                sample(&world, t, &classes, &mut series);
+                measured.push(t > warmup);
+            }
+        }
     }
     let mark = mark.unwrap_or_default();
     let mut result = RunResult {
+        fill: curve,
+        fill_waiting: waiting,
         variant: variant.to_owned(),
         seed,
         events: world.events(),
@@ -224,6 +265,7 @@ pub fn run_one(
         series,
     };
     measure(&world, &mark, &measured, &mut result);
+    result.scalars.extend(fill_figures);
     if let Some(watch) = watch {
         let key = classes_key(slo_classes);
         let (mut waits, not_started) = watch.finish(duration);
@@ -233,13 +275,49 @@ pub fn run_one(
     Ok(result)
 }
 
+/// Units of the classes' resources taken on the cluster's nodes (claims bound there, pods' devices beyond them),
+/// each node counted up to what it has.
+fn allocated_units(world: &World) -> u64 {
+    let store = world.store();
+    let capacity = store.placement_index();
+    let resources: BTreeSet<&str> = store.classes().map(|class| class.resource_name.as_str()).collect();
+    store
+        .nodes()
+        .flat_map(|node| {
+            let capacity = &capacity;
+            resources.iter().filter_map(move |resource| {
+                let has = node.devices.get(*resource)?;
+                Some(capacity.used(resource, &node.name).min(*has))
+            })
+        })
+        .sum()
+}
+
+/// A fill's figures: the share allocated at 100% and at the last point, the first point (in % of the cluster's
+/// units arrived) where the units allocated fall below the units arrived (one past the last point when they never
+/// do), and the arrived units not allocated at 100%.
+fn fill_scalars(plan: &FillPlan, curve: &[f64], first_short: Option<usize>, scalars: &mut BTreeMap<String, f64>) {
+    let at = |x: usize| curve.get(x - 1).copied();
+    if let Some(share) = at(100) {
+        scalars.insert("fill_allocated_pct_at_100".to_owned(), share * 100.0);
+        let arrived = plan.points[99].1 as f64;
+        let waiting = arrived - share * plan.cluster_units as f64;
+        scalars.insert("fill_units_waiting_at_100".to_owned(), waiting.round());
+    }
+    if let Some(share) = curve.last() {
+        scalars.insert("fill_allocated_pct_at_end".to_owned(), *share * 100.0);
+    }
+    scalars.insert("fill_first_short_pct".to_owned(), first_short.unwrap_or(curve.len() + 1) as f64);
+    scalars.insert("fill_arrivals".to_owned(), plan.arrivals as f64);
+}
+
 fn sample(world: &World, t: Millis, classes: &[(String, String, u64)], series: &mut Series) {
     let store = world.store();
     let capacity = store.placement_index();
     let running = world.metrics().units_now();
     series.t_hours.push(t.0 as f64 / 3_600_000.0);
     for (class, resource, size) in classes {
-        let published = capacity.published(class);
+        let published = capacity.published(class, None);
         let share = |units: u64| {
             if published.allocatable_units == 0 { 0.0 } else { units as f64 / published.allocatable_units as f64 }
         };

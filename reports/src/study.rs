@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpuclaim_engine::message::readable;
+use gpuclaim_engine::model::Placement;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_scenarios::import::openb::{OpenbOptions, SharedGpus, import_openb};
@@ -62,7 +63,28 @@ struct StudyFile {
     variants: Vec<VariantFile>,
     #[serde(default)]
     compaction: Option<CompactionFile>,
+    /// How the scenario's VMs arrive: as the scenario says (default), or the fill protocol.
+    #[serde(default)]
+    protocol: Option<ProtocolFile>,
 }
+
+/// `protocol: {fill: {resampleTo: 1.3}}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProtocolFile {
+    fill: FillFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FillFile {
+    /// Arrivals go on until the units they request reach this multiple of the cluster's units.
+    resample_to: f64,
+}
+
+/// The most a fill may ask of the cluster, as a multiple of its units: past 4× the curve says nothing new, and the
+/// bound keeps a typo from asking for millions of VMs.
+pub const RESAMPLE_TO_MAX: f64 = 4.0;
 
 /// `import: {openb: {...}}`: the importer and its options (docs/import.md).
 #[derive(Debug, Deserialize)]
@@ -251,7 +273,8 @@ struct VariantFile {
     #[serde(default)]
     workloads: BTreeMap<String, Map<String, Value>>,
     /// The engine's rules (DESIGN.md §4): a variant's name (`gate-migration-targets`) or its options
-    /// (`{gateMigrationTargets: true, twoUpdatePin: true}`); default the shipped engine.
+    /// (`{gateMigrationTargets: true, twoUpdatePin: true}`); default the shipped engine. `placement: Spread` or
+    /// `placement: {h100: Spread}` sets the classes' placement policy (`spec.placement`).
     #[serde(default)]
     engine: Option<EngineFile>,
     /// Anything else, deep-merged into the scenario's root.
@@ -320,6 +343,9 @@ pub struct Study {
     pub slo: Option<Slo>,
     pub variants: Vec<Variant>,
     pub compaction: Option<Compaction>,
+    /// The fill protocol's target (units requested ÷ the cluster's), when the study fills the cluster instead of
+    /// running the scenario as timed (see [`crate::fill`]).
+    pub fill: Option<f64>,
 }
 
 /// Reads a study and its base scenario, applies each variant's overrides and checks that every variant parses as a
@@ -429,8 +455,12 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         let engine = match &variant.engine {
             None => EngineVariant::SHIPPED,
             Some(EngineFile::Options(options)) => {
+                let mut options = options.clone();
+                // The placement policy is a class's (`spec.placement`): the variant's classes carry it, as a
+                // cluster under that rule would.
+                options.remove("placement");
                 let mut tree = serde_json::to_value(EngineVariant::SHIPPED).expect("plain booleans serialise");
-                merge(&mut tree, &Value::Object(options.clone()));
+                merge(&mut tree, &Value::Object(options));
                 serde_json::from_value(tree).map_err(|e| invalid(&format!("{field}.engine"), e.to_string()))?
             }
             Some(EngineFile::Named(name)) => {
@@ -493,6 +523,31 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
             Some(Compaction { target: key, variant, min: c.min, max: c.max })
         }
     };
+    let fill = match file.protocol {
+        None => None,
+        Some(ProtocolFile { fill: FillFile { resample_to } }) => {
+            if !(resample_to.is_finite() && resample_to > 0.0 && resample_to <= RESAMPLE_TO_MAX) {
+                return Err(invalid(
+                    "protocol.fill.resampleTo",
+                    format!("{resample_to} is not a share of the cluster's units in (0, {RESAMPLE_TO_MAX}]"),
+                ));
+            }
+            if compaction.is_some() || slo.is_some() {
+                return Err(invalid(
+                    "protocol.fill",
+                    "a fill has no start waits to bound: drop `slo` and `compaction`".to_owned(),
+                ));
+            }
+            if warmup != Millis(0) {
+                return Err(invalid("protocol.fill", "a fill starts from an empty cluster: drop `warmup`".to_owned()));
+            }
+            for (index, variant) in variants.iter().enumerate() {
+                crate::fill::arrivals_of(&variant.scenario)
+                    .map_err(|reason| invalid(&format!("variants[{index}] (protocol.fill)"), reason))?;
+            }
+            Some(resample_to)
+        }
+    };
     let mut metrics = file.metrics.unwrap_or_else(|| ALL_METRICS.to_vec());
     metrics.sort();
     metrics.dedup();
@@ -509,6 +564,7 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
         slo,
         variants,
         compaction,
+        fill,
     })
 }
 
@@ -613,10 +669,44 @@ fn apply(base: &Value, variant: &VariantFile) -> Result<Value, (String, String)>
             *target = adjusted(target, value).map_err(|reason| (format!("workloads.{prefix}.{key}"), reason))?;
         }
     }
+    if let Some(EngineFile::Options(options)) = &variant.engine
+        && let Some(placement) = options.get("placement")
+    {
+        set_placement(&mut scenario, placement).map_err(|(at, reason)| (format!("engine.placement{at}"), reason))?;
+    }
     if let Some(set) = &variant.set {
         merge(&mut scenario, &Value::Object(set.clone()));
     }
     Ok(scenario)
+}
+
+/// `placement: Spread` (every class) or `placement: {h100: Spread}`: the classes' placement policy.
+fn set_placement(scenario: &mut Value, placement: &Value) -> Result<(), (String, String)> {
+    let policy = |at: String, value: &Value| -> Result<Value, (String, String)> {
+        serde_json::from_value::<Placement>(value.clone())
+            .map(|_| value.clone())
+            .map_err(|_| (at, format!("{value} is not a placement policy (BestFit, Spread, FragmentationAware)")))
+    };
+    let classes = scenario["cluster"]["classes"].as_array_mut();
+    let Some(classes) = classes else { return Err((String::new(), "the scenario has no classes".to_owned())) };
+    match placement {
+        Value::Object(by_class) => {
+            for (name, value) in by_class {
+                let value = policy(format!(".{name}"), value)?;
+                let Some(class) = classes.iter_mut().find(|c| c["name"] == name.as_str()) else {
+                    return Err((format!(".{name}"), "the scenario has no class of this name".to_owned()));
+                };
+                class["placement"] = value;
+            }
+        }
+        every => {
+            let value = policy(String::new(), every)?;
+            for class in classes {
+                class["placement"] = value.clone();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Sets a node count: `key` is a class (the one node group offering it) or a label selector (`k=v[,k=v…]`: the

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use gpuclaim_engine::keys::{self, kubevirt};
 use gpuclaim_engine::message::readable;
-use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Published, View};
+use gpuclaim_engine::model::{Claim, Class, GpuMode, Node, Placement, Published, View};
 use gpuclaim_engine::quantity;
 use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::rules::{Refusal, RenderRefusal, read_values, render_vm};
@@ -170,6 +170,9 @@ pub struct ClassSpec {
     pub tolerations: Vec<Toleration>,
     #[serde(default)]
     pub live_migratable: bool,
+    /// The class's placement policy (`BestFit`, `Spread`, `FragmentationAware`; default `BestFit`).
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// `count` identical nodes named `<prefix><index>` (four digits).
@@ -786,6 +789,7 @@ impl Scenario {
                 node_selector: class.node_selector.clone().into(),
                 tolerations: class.tolerations.clone().into(),
                 live_migratable: class.live_migratable,
+                placement: class.placement,
                 published: Published::default(),
                 resource_version: "1".to_owned(),
             });

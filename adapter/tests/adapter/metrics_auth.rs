@@ -268,6 +268,9 @@ pub fn every_metric() -> Arc<Metrics> {
     let mut waiting = gated_launcher("tenant-a", "vm-1", one, "nvidia.com/GH100_H100_SXM5_80GB", 1, now);
     waiting.waiting = Some(Reason { reason: "NoCapacity".into(), message: "waiting for capacity".into() });
     view.upsert_pod(waiting);
+    let mut fragmented = gated_launcher("tenant-a", "vm-2", one, "nvidia.com/GH100_H100_SXM5_80GB", 1, now);
+    fragmented.waiting = Some(Reason { reason: "Fragmented".into(), message: "wait for one node".into() });
+    view.upsert_pod(fragmented);
     let mut figures = Figures::default();
     figures.left_gate(&GateExit { gated: now, classes: vec!["h100".into()], outcome: GateOutcome::Ungated }, now);
     figures.left_gate(&GateExit { gated: now, classes: vec!["h100".into()], outcome: GateOutcome::Deleted }, now);
@@ -289,9 +292,11 @@ async fn a_scrape_of_the_live_endpoint_passes_promtool_check_metrics() {
         "gpuclaim_gate_wait_seconds_bucket{le=\"0.1\",class=\"h100\",outcome=\"ungated\"} 1",
         "gpuclaim_units_bound_seconds_total{namespace=\"tenant-a\",class=\"h100\"}",
         "gpuclaim_gated_pods{class=\"h100\",reason=\"NoCapacity\"} 1",
+        "gpuclaim_gated_pods{class=\"h100\",reason=\"Fragmented\"} 1",
         "gpuclaim_gated_pod_wait_seconds_max{class=\"h100\"}",
         "gpuclaim_claims{class=\"h100\",phase=\"Bound\"} 1",
         "gpuclaim_class_free_units{class=\"h100\"} 0",
+        "gpuclaim_class_fragmented_units{class=\"h100\"} 0",
     ] {
         assert!(text.contains(&format!("\n{name}")), "{name} missing from\n{text}");
     }

@@ -148,7 +148,8 @@ impl<'v> Pass<'v> {
             .take(CANDIDATES_PER_PLACEMENT_MAX)
             .find(|(_, node)| Some(*node) != lost)
             .map(|(_, node)| node.to_owned());
-        found.ok_or_else(|| self.no_capacity(class, units, "no node has that many free units".to_owned()))
+        let detail = || "no node has that many free units".to_owned();
+        found.ok_or_else(|| self.short_of(class, units, std::iter::once((class, units)), detail()))
     }
 
     /// The budget rule on the units bound in the namespace as this pass leaves them, less `own` (units the claim

@@ -17,6 +17,7 @@ mod confirm;
 pub mod metrics;
 mod names;
 mod placement;
+mod policy;
 mod publish;
 mod reasons;
 pub mod runtime;
@@ -29,6 +30,7 @@ pub use actions::{Action, ClaimStatus, EventKind, ObjectRef};
 pub use apply::{Conflict, apply, created_claim};
 pub use confirm::{CONFIRMATION_ROUNDS_MAX, PinConfirmation};
 pub use names::{NAME_LENGTH_MAX, template_claim_name, usage_name};
+pub use policy::FRAGMENTATION_AWARE_CANDIDATES_PER_BUCKET;
 pub use reasons::Wait;
 pub use waiting::Waiting;
 

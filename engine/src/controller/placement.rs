@@ -2,7 +2,6 @@
 //! ungated in one update), held claims get bound.
 
 use std::collections::BTreeMap;
-use std::iter::Peekable;
 
 use super::actions::{Action, ClaimStatus, EventKind, ObjectRef};
 use super::names::template_claim_name;
@@ -145,7 +144,7 @@ impl<'v> Pass<'v> {
                 Waiter::Claim => {
                     let claim = view.claim(namespace, name).expect("a waiting claim is stored");
                     if let Err(wait) = self.find_node_for_claim(claim) {
-                        let pending = Some(wait.to_reason());
+                        let pending = Some(wait.to_reason_over(self.status_of(claim).pending.as_ref()));
                         self.set_status(
                             claim,
                             ClaimStatus { phase: ClaimPhase::Pending, pending, ..ClaimStatus::default() },
@@ -327,7 +326,7 @@ impl<'v> Pass<'v> {
         let summary =
             need.iter().map(|(class, (_, units))| format!("{units} × {class}")).collect::<Vec<_>>().join(" + ");
         let detail = format!("no node has {summary} free with room for the pod");
-        Err(self.no_capacity(primary, units, detail))
+        Err(self.short_of(primary, units, need.values().copied(), detail))
     }
 
     /// Units per class the set still needs on its node (members not bound yet), within budget and entitlement.
@@ -457,14 +456,19 @@ impl<'v> Pass<'v> {
         }
     }
 
-    /// Records why the pod waits (only when that changed), with the last node refused as an event: the detail
-    /// changes with every other placement, so it goes where it does not cause writes on its own.
+    /// Records why the pod waits (only when that changed), with the last node refused as a `Waiting` event (the
+    /// detail changes with every other placement, so it goes where it does not cause writes on its own); a pod that
+    /// begins to wait `Fragmented` gets the event even when no node was tried.
     fn wait(&mut self, pod: &Pod, wait: Wait) {
-        let reason = wait.to_reason();
+        let reason = wait.to_reason_over(pod.waiting.as_ref());
         let refusal = self.last_refusal.take();
         if pod.waiting.as_ref() != Some(&reason) {
-            if let Some(detail) = refusal {
-                let message = format!("{}; last refused by {detail}", reason.message);
+            let message = match refusal {
+                Some(detail) => Some(format!("{}; last refused by {detail}", reason.message)),
+                // No node was tried: a fragmented class still says so, with its figures.
+                None => matches!(wait, Wait::Fragmented { .. }).then(|| reason.message.clone()),
+            };
+            if let Some(message) = message {
                 self.event(EventKind::Pod, ObjectRef::new(&pod.namespace, &pod.name), "Waiting", message);
             }
             self.actions.push(Action::SetPodWaiting {
@@ -475,48 +479,33 @@ impl<'v> Pass<'v> {
         }
     }
 
-    /// `NeverFits` when no node could ever hold that many units of the class, else `NoCapacity`.
-    pub(super) fn no_capacity(&self, class: &Class, units: u64, detail: String) -> Wait {
-        let largest = self.view.capacity().largest_allocatable(&class.name);
-        if self.view.capacity().node_count(&class.name) > 0 && units > largest {
-            return Wait::NeverFits { class: class.name.clone(), units, largest };
+    /// Why a set no node takes waits for capacity, on the state this pass leaves: `NeverFits` when no node could
+    /// ever hold the units of its primary class (the one it needs most of); `NoCapacity` when one of its classes
+    /// has fewer units free in total than it needs, or every class has a node with its units (that node refuses
+    /// the pod for something else); `Fragmented` when a class has the units free in total on its nodes but no one
+    /// node has them (the first such class, by name).
+    pub(super) fn short_of<'c>(
+        &self,
+        primary: &Class,
+        units: u64,
+        need: impl Iterator<Item = (&'c Class, u64)>,
+        detail: String,
+    ) -> Wait {
+        let largest = self.view.capacity().largest_allocatable(&primary.name);
+        if self.view.capacity().node_count(&primary.name) > 0 && units > largest {
+            return Wait::NeverFits { class: primary.name.clone(), units, largest };
         }
-        Wait::NoCapacity { detail }
-    }
-
-    /// Nodes offering `class` with at least `units` free after this pass's decisions, fewest free first, then by
-    /// name: the index's order, with the nodes this pass touched re-sorted by what they will have.
-    pub(super) fn candidates<'a>(&'a self, class: &'a Class, units: u64) -> impl Iterator<Item = (u64, &'a str)> + 'a {
-        let resource = class.resource_name.as_str();
-        let touched: Vec<&str> =
-            self.units.get(resource).into_iter().flatten().map(|(node, _)| node.as_str()).collect();
-        let mut adjusted: Vec<(u64, &str)> = touched
-            .iter()
-            .filter_map(|node| self.free(class, node).map(|free| (free, *node)))
-            .filter(|(free, _)| *free >= units)
-            .collect();
-        adjusted.sort();
-        let indexed =
-            self.view.capacity().candidates(&class.name, units).filter(move |(_, node)| !touched.contains(node));
-        Merge { a: adjusted.into_iter().peekable(), b: indexed.peekable() }
-    }
-}
-
-/// Merges two ascending streams.
-struct Merge<A: Iterator, B: Iterator> {
-    a: Peekable<A>,
-    b: Peekable<B>,
-}
-
-impl<T: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Merge<A, B> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        match (self.a.peek(), self.b.peek()) {
-            (Some(a), Some(b)) if a <= b => self.a.next(),
-            (Some(_), None) => self.a.next(),
-            _ => self.b.next(),
+        let mut fragmented = None;
+        for (class, units) in need {
+            let (free, largest) = self.free_after(class);
+            if free < units {
+                return Wait::NoCapacity { detail };
+            }
+            if largest < units && fragmented.is_none() {
+                fragmented = Some(Wait::Fragmented { class: class.name.clone(), units, free, largest });
+            }
         }
+        fragmented.unwrap_or(Wait::NoCapacity { detail })
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Pass;
 use super::actions::Action;
-use crate::model::{Class, Name, Published, occupied_name};
+use crate::model::{Class, Name, Published, occupied_name, typical_size};
 
 impl Pass<'_> {
     /// A VMI's pods count the devices its claims on their node do not: when this pass moves or attaches claims,
@@ -88,16 +88,56 @@ impl Pass<'_> {
         }
     }
 
+    /// The most common claim size of `class` once this pass's writes land: the claims it creates count, the ones it
+    /// deletes (or whose last finalizer it removes while they are deleting) do not, so the next pass publishes the
+    /// same figure.
+    fn typical_after(&self, class: &str) -> Option<u32> {
+        let view = self.view;
+        let vanishing = self.deleted.iter().copied().chain(
+            self.finalizers
+                .iter()
+                .filter(|(key, keeps)| !**keeps && !self.deleted.contains(*key))
+                .filter(|(key, _)| view.claim(key.0, key.1).is_some_and(|c| c.deleting))
+                .map(|(key, _)| *key),
+        );
+        let gone: Vec<u32> = vanishing
+            .filter_map(|(ns, name)| view.claim(ns, name))
+            .filter(|c| c.class == class)
+            .map(|c| c.count)
+            .collect();
+        let created: Vec<u32> = self.created.values().filter(|new| new.class == class).map(|new| new.count).collect();
+        if gone.is_empty() && created.is_empty() {
+            return view.typical_claim_size(class);
+        }
+        let mut sizes = view.claim_sizes(class).cloned().unwrap_or_default();
+        for count in gone {
+            if let Some(claims) = sizes.get_mut(&count) {
+                *claims = claims.saturating_sub(1);
+            }
+        }
+        for count in created {
+            *sizes.entry(count).or_insert(0) += 1;
+        }
+        typical_size(&sizes)
+    }
+
     /// The class's units once this pass's writes land: the index's figures, corrected on the nodes this pass
     /// touched.
-    fn published(&self, class: &Class) -> Published {
+    pub(super) fn published(&self, class: &Class) -> Published {
+        self.published_with(class, self.typical_after(&class.name))
+    }
+
+    /// [`Pass::published`] with `typical` the class's most common claim size.
+    fn published_with(&self, class: &Class, typical: Option<u32>) -> Published {
         let capacity = self.view.capacity();
-        let mut published = capacity.published(&class.name);
+        let mut published = capacity.published(&class.name, typical);
         // Most passes move no units of the resource: the index's figures are the class's (the walk below would
         // find its top node untouched).
         let Some(deltas) = self.units.get(class.resource_name.as_str()).filter(|deltas| !deltas.is_empty()) else {
             return published;
         };
+        // Free units on a node too small for the typical claim.
+        let stranded = |free: u64| if typical.is_some_and(|size| free < u64::from(size)) { free } else { 0 };
         let mut touched = BTreeSet::new();
         let mut largest_touched = 0;
         for node in deltas.keys() {
@@ -106,6 +146,8 @@ impl Pass<'_> {
             // publishes units the next pass (reading the index with the writes in) would not see.
             let free = self.free_from(class, node, indexed);
             published.free_units = (published.free_units + free).saturating_sub(indexed);
+            published.fragmented_units =
+                (published.fragmented_units + stranded(free)).saturating_sub(stranded(indexed));
             largest_touched = largest_touched.max(free);
             touched.insert(node.as_str());
         }
@@ -114,5 +156,11 @@ impl Pass<'_> {
             capacity.most_free_first(&class.name).find(|(_, node)| !touched.contains(node)).map_or(0, |(free, _)| free);
         published.largest_free_on_node = largest_touched.max(largest_untouched);
         published
+    }
+
+    /// The class's free units in total and the most on one node, once this pass's writes land (as published).
+    pub(super) fn free_after(&self, class: &Class) -> (u64, u64) {
+        let published = self.published_with(class, None);
+        (published.free_units, published.largest_free_on_node)
     }
 }

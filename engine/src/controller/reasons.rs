@@ -60,6 +60,15 @@ pub enum Wait {
     NoCapacity {
         detail: String,
     },
+    /// The class has the units free in total on its nodes, but no one node has them: `free` in total, at most
+    /// `largest` on one node, as when the waiter began to wait for this reason (a condition is not rewritten for its
+    /// figures alone; the class's status has them now).
+    Fragmented {
+        class: String,
+        units: u64,
+        free: u64,
+        largest: u64,
+    },
     /// The node the set is bound to cannot take the pod now.
     NodeUnfit {
         node: String,
@@ -98,6 +107,11 @@ impl fmt::Display for Wait {
                 write!(f, "{units} units of GPU class {class:?} can never fit: no node has more than {largest}")
             }
             NoCapacity { detail } => write!(f, "waiting for capacity: {detail}"),
+            Fragmented { class, units, free, largest } => write!(
+                f,
+                "{}{free} units are free in total, at most {largest} on one node",
+                fragmented_prefix(class, *units)
+            ),
             NodeUnfit { node, detail } => write!(f, "node {node:?} holds the claims but cannot take the pod: {detail}"),
         }
     }
@@ -121,6 +135,7 @@ impl Wait {
             Self::NotEntitled(_) => model::NotEntitled::REASON,
             NeverFits { .. } => "NeverFits",
             NoCapacity { .. } => "NoCapacity",
+            Fragmented { .. } => "Fragmented",
             NodeUnfit { .. } => "NodeUnfit",
         }
     }
@@ -128,6 +143,24 @@ impl Wait {
     pub fn to_reason(&self) -> Reason {
         Reason { reason: self.reason().to_owned(), message: self.to_string() }
     }
+
+    /// The condition to record for this wait where `recorded` is recorded: the recorded one when it says the same
+    /// (a `Fragmented` condition for the same class and units keeps the figures it was written with: other waiters
+    /// move them at every placement, and a condition rewritten for them alone would be a write per waiter per pass).
+    pub fn to_reason_over(&self, recorded: Option<&Reason>) -> Reason {
+        if let (Wait::Fragmented { class, units, .. }, Some(recorded)) = (self, recorded)
+            && recorded.reason == self.reason()
+            && recorded.message.starts_with(&fragmented_prefix(class, *units))
+        {
+            return recorded.clone();
+        }
+        self.to_reason()
+    }
+}
+
+/// The part of a `Fragmented` message that names what the waiter needs.
+fn fragmented_prefix(class: &str, units: u64) -> String {
+    format!("{units} units of GPU class {class:?} wait for one node to have them: ")
 }
 
 impl From<model::BudgetExceeded> for Wait {

@@ -85,7 +85,7 @@ fn held_claims_are_bound_best_fit_first_come_first_served() {
     );
     assert_eq!(
         view.class("h100").unwrap().published,
-        Published { allocatable_units: 12, free_units: 4, largest_free_on_node: 4 }
+        Published { allocatable_units: 12, free_units: 4, largest_free_on_node: 4, fragmented_units: 0 }
     );
 }
 
@@ -111,9 +111,13 @@ fn a_held_claim_waits_with_its_reason() {
     );
     assert_eq!(reason_of(&view, "tenant-a", "nine"), "NeverFits");
     assert_eq!(view.claim("tenant-b", "five").unwrap().node.as_deref(), Some("gpu-1"));
-    assert_eq!(reason_of(&view, "tenant-b", "six"), "NoCapacity");
+    // 3 free on gpu-1 and 4 on gpu-2: the units are there in total, on no one node.
+    assert_eq!(reason_of(&view, "tenant-b", "six"), "Fragmented");
     let six = view.claim("tenant-b", "six").unwrap().pending.clone().unwrap();
-    assert_eq!(six.message, "waiting for capacity: no node has that many free units");
+    assert_eq!(
+        six.message,
+        r#"5 units of GPU class "h100" wait for one node to have them: 7 units are free in total, at most 4 on one node"#
+    );
 }
 
 #[test]
@@ -358,7 +362,7 @@ fn devices_of_pods_outside_claims_are_taken() {
     settle(&mut view, at(1));
     assert_eq!(
         view.class("h100").unwrap().published,
-        Published { allocatable_units: 12, free_units: 9, largest_free_on_node: 5 }
+        Published { allocatable_units: 12, free_units: 9, largest_free_on_node: 5, fragmented_units: 0 }
     );
 }
 

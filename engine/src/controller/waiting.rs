@@ -123,6 +123,8 @@ pub(super) struct Memo {
     refused: BTreeMap<Name, BTreeSet<Name>>,
     /// namespace → its bound units after the last pass, for the namespaces with remembered pods.
     bound: BTreeMap<Name, Bound>,
+    /// class → the pods remembered `NoCapacity` or `Fragmented` needing units of it (every class of their need).
+    shorts: BTreeMap<Name, Shorts>,
 }
 
 /// The pods remembered waiting for capacity whose first class is one class.
@@ -149,6 +151,40 @@ pub(super) struct Remembered {
     /// The classes it needs that have a budget in its namespace (a budget check comes before capacity: bound units
     /// grown by other pods' placements could make it wait for its budget instead).
     pub(super) budgeted: SmallVec<[Name; 1]>,
+    /// Which capacity reason it waits for; `None` for its budget or entitlement.
+    pub(super) short: Option<Short>,
+}
+
+/// Which capacity reason a waiter was recorded with. Other waiters' placements and releases move a class's free
+/// units in total and on its largest node, and with them which of `NoCapacity` and `Fragmented` the full scan would
+/// write, without loosening anything a remembered waiter could take: so the memo keeps the word, and a pass judges
+/// again the waiters whose word its end state changes (an index by class and units answers it with ranges).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Short {
+    NeverFits,
+    NoCapacity,
+    /// Fragmented in this class.
+    Fragmented(Name),
+}
+
+impl Short {
+    /// The capacity reason of a wait, if it is one.
+    pub(super) fn of(wait: &Wait) -> Option<Short> {
+        match wait {
+            Wait::NeverFits { .. } => Some(Short::NeverFits),
+            Wait::NoCapacity { .. } => Some(Short::NoCapacity),
+            Wait::Fragmented { class, .. } => Some(Short::Fragmented(Name::from(class.as_str()))),
+            _ => None,
+        }
+    }
+}
+
+/// The remembered waiters recorded `NoCapacity` or `Fragmented` that need units of one class: (units, namespace,
+/// pod) by the word they were recorded with.
+#[derive(Clone, Debug, Default)]
+struct Shorts {
+    no_capacity: BTreeSet<(u64, Name, Name)>,
+    fragmented: BTreeSet<(u64, Name, Name)>,
 }
 
 impl Remembered {
@@ -205,6 +241,19 @@ impl Memo {
             }
             if waiters.queue.is_empty() {
                 self.by_class.remove(class);
+            }
+        }
+        if let Some(short) = remembered.short.as_ref().filter(|short| **short != Short::NeverFits) {
+            for (class, units) in &remembered.need {
+                let shorts = self.shorts.entry(class.clone()).or_default();
+                let words = match short {
+                    Short::Fragmented(_) => &mut shorts.fragmented,
+                    _ => &mut shorts.no_capacity,
+                };
+                edit_set(words, (*units, namespace.clone(), pod.clone()), add);
+                if shorts.no_capacity.is_empty() && shorts.fragmented.is_empty() {
+                    self.shorts.remove(class);
+                }
             }
         }
         for class in &remembered.budgeted {
@@ -370,7 +419,7 @@ impl<'v> super::Pass<'v> {
     /// serving), judged again on the state the pass leaves (unless this pass placed them): those refused for their
     /// budget or entitlement, and those waiting for capacity that the budget now leaves too little room.
     pub(super) fn to_judge_again(&self, memo: &'v Memo) -> Vec<(&'v str, &'v str)> {
-        let mut judge = Vec::new();
+        let mut judge = self.short_flipped(memo);
         for namespace in self.bound_moved(memo) {
             let placed = |pod: &Name| self.pinned_pods.contains_key(&(namespace.clone(), pod.clone()));
             let refused = memo.refused.get(namespace).into_iter().flatten().filter(|pod| !placed(pod));
@@ -385,6 +434,42 @@ impl<'v> super::Pass<'v> {
             }
         }
         judge
+    }
+
+    /// The remembered waiters whose capacity word the state this pass leaves may change: of a class with `free`
+    /// units in total and at most `largest` on one node, a need of `n` units is `Fragmented` when
+    /// `largest < n ≤ free`, else `NoCapacity`; those recorded with the other word (for a set of several classes, by
+    /// one of them: judged again, it may keep its word).
+    fn short_flipped(&self, memo: &'v Memo) -> Vec<(&'v str, &'v str)> {
+        let mut judge = Vec::new();
+        for (class, shorts) in &memo.shorts {
+            let Some(class) = self.view.class(class) else { continue };
+            let (free, largest) = self.free_after(class);
+            let mut flipped: Vec<&(u64, Name, Name)> = Vec::new();
+            if largest < free {
+                let from = (largest + 1, Name::default(), Name::default());
+                flipped.extend(shorts.no_capacity.range(from..(free + 1, Name::default(), Name::default())));
+            }
+            flipped.extend(shorts.fragmented.range(..(largest + 1, Name::default(), Name::default())));
+            flipped.extend(shorts.fragmented.range((free + 1, Name::default(), Name::default())..));
+            let placed =
+                |namespace: &Name, pod: &Name| self.pinned_pods.contains_key(&(namespace.clone(), pod.clone()));
+            let flipped = flipped.into_iter().filter(|(_, namespace, pod)| !placed(namespace, pod));
+            judge.extend(flipped.map(|(_, namespace, pod)| (namespace.as_str(), pod.as_str())));
+        }
+        judge
+    }
+
+    /// The capacity word a remembered waiter would be recorded with on the state this pass leaves.
+    fn short_now(&self, remembered: &Remembered) -> Option<Short> {
+        let mut need: SmallVec<[(&Class, u64); 1]> = SmallVec::new();
+        for (name, units) in &remembered.need {
+            need.push((self.view.class(name)?, *units));
+        }
+        // As the walk picks its primary class: the most units, then the first name.
+        let (primary, units) =
+            need.iter().max_by_key(|(class, units)| (*units, std::cmp::Reverse(class.name.as_str()))).copied()?;
+        Short::of(&self.short_of(primary, units, need.iter().copied(), String::new()))
     }
 
     /// The namespaces whose bound units are not what the memo's pass left.
@@ -423,6 +508,7 @@ impl<'v> super::Pass<'v> {
             None => {
                 self.no_room_for(remembered, woken, &pod.namespace)
                     && (remembered.budgeted.is_empty() || self.need_refused(&pod.namespace, remembered) == Some(Ok(())))
+                    && self.short_now(remembered) == remembered.short
             }
         };
         same.then_some(remembered)
@@ -470,16 +556,16 @@ impl<'v> super::Pass<'v> {
     /// own that changes on its own) —, tried otherwise.
     pub(super) fn judgement(&self, pod: &Pod, wait: &Wait) -> Judged {
         // A walk cut short is only for capacity; a budget refusal walks nothing (the flag is the last walk's).
-        let capacity = matches!(wait, Wait::NoCapacity { .. } | Wait::NeverFits { .. });
-        if capacity && self.walk_capped.get() {
+        let short = Short::of(wait);
+        if short.is_some() && self.walk_capped.get() {
             return Judged::Tried;
         }
         let refused = match wait {
-            Wait::NoCapacity { .. } | Wait::NeverFits { .. } => None,
+            Wait::NoCapacity { .. } | Wait::NeverFits { .. } | Wait::Fragmented { .. } => None,
             Wait::BudgetExceeded { .. } | Wait::NotEntitled { .. } => Some(wait.clone()),
             _ => return Judged::Tried,
         };
-        if pod.waiting.as_ref() != Some(&wait.to_reason()) {
+        if pod.waiting.as_ref() != Some(&wait.to_reason_over(pod.waiting.as_ref())) {
             return Judged::Tried;
         }
         let Some(edition) = self.view.gated_edition(&pod.namespace, &pod.name) else { return Judged::Tried };
@@ -488,7 +574,7 @@ impl<'v> super::Pass<'v> {
         let budgeted = need.keys().filter(|class| tenant.and_then(|t| t.budget(class)).is_some());
         let budgeted = budgeted.map(|class| Name::from(*class)).collect();
         let need = need.iter().map(|(class, (_, units))| (Name::from(*class), *units)).collect();
-        Judged::Remembered(Remembered { edition, created: pod.created, need, budgeted, refused })
+        Judged::Remembered(Remembered { edition, created: pod.created, need, budgeted, refused, short })
     }
 
     /// Ends the proposal: the bound units the pass leaves, of every namespace with remembered pods.

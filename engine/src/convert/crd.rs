@@ -18,10 +18,12 @@ pub fn class_from_kube(class: &GPUClass) -> Class {
         node_selector: class.spec.node_selector.clone().into(),
         tolerations: class.spec.tolerations.clone().into(),
         live_migratable: class.spec.live_migratable,
+        placement: class.spec.placement,
         published: Published {
             allocatable_units: status.allocatable_units,
             free_units: status.free_units,
             largest_free_on_node: status.largest_free_on_node,
+            fragmented_units: status.fragmented_units,
         },
     }
 }

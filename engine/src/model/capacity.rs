@@ -32,6 +32,9 @@ struct ClassIndex {
     free_units: u64,
     /// allocatable units per node → how many nodes have that many: the largest set the class could ever hold.
     allocatables: BTreeMap<u64, u32>,
+    /// free units per node → how many nodes have that many free: the buckets a policy walks, and the units stranded
+    /// on nodes too small for a claim size, without visiting nodes.
+    buckets: BTreeMap<u64, u32>,
 }
 
 impl ClassIndex {
@@ -41,6 +44,16 @@ impl ClassIndex {
         self.free_units += free;
         self.allocatable_units += allocatable;
         *self.allocatables.entry(allocatable).or_insert(0) += 1;
+        *self.buckets.entry(free).or_insert(0) += 1;
+    }
+
+    /// Takes one node with `free` units out of its bucket.
+    fn leave_bucket(&mut self, free: u64) {
+        let nodes = self.buckets.get_mut(&free).expect("indexed nodes are in their bucket");
+        *nodes -= 1;
+        if *nodes == 0 {
+            self.buckets.remove(&free);
+        }
     }
 }
 
@@ -116,14 +129,35 @@ impl Capacity {
         self.classes.get(class).and_then(|index| index.allocatables.last_key_value()).map_or(0, |(units, _)| *units)
     }
 
-    /// What the class publishes: units on its nodes, free units, and the most free on one node.
-    pub fn published(&self, class: &str) -> Published {
+    /// What the class publishes: units on its nodes, free units, the most free on one node, and the free units on
+    /// nodes with fewer free than `typical` (the class's most common claim size; `None`: it holds no claims).
+    pub fn published(&self, class: &str, typical: Option<u32>) -> Published {
         let Some(index) = self.classes.get(class) else { return Published::default() };
         Published {
             allocatable_units: index.allocatable_units,
             free_units: index.free_units,
             largest_free_on_node: index.by_free.last().map_or(0, |(free, _)| *free),
+            fragmented_units: typical.map_or(0, |size| {
+                let below = index.buckets.range(1..u64::from(size));
+                below.map(|(free, nodes)| free * u64::from(*nodes)).sum()
+            }),
         }
+    }
+
+    /// The distinct free-unit figures of the nodes offering `class` with at least `units` free, ascending, with how
+    /// many nodes have each: the buckets a placement policy walks.
+    pub fn buckets<'a>(&'a self, class: &str, units: u64) -> impl DoubleEndedIterator<Item = (u64, u32)> + 'a {
+        self.classes.get(class).into_iter().flat_map(move |index| index.buckets.range(units..)).map(|(f, n)| (*f, *n))
+    }
+
+    /// Nodes offering `class` with exactly `free` units free, by name.
+    pub fn in_bucket<'a>(&'a self, class: &str, free: u64) -> impl Iterator<Item = &'a str> + 'a {
+        self.classes
+            .get(class)
+            .into_iter()
+            .flat_map(move |index| index.by_free.range((free, Name::default())..))
+            .take_while(move |(f, _)| *f == free)
+            .map(|(_, node)| node.as_str())
     }
 
     pub fn load(&self, node: &str) -> Option<&NodeLoad> {
@@ -255,11 +289,14 @@ fn refresh_class(
         index.by_free.insert((free, name.clone()));
         index.entries.get_mut(node_name).expect("indexed above").0 = free;
         index.free_units = index.free_units - old_free + free;
+        index.leave_bucket(*old_free);
+        *index.buckets.entry(free).or_insert(0) += 1;
         return;
     }
     if let Some((name, (free, allocatable))) = indexed {
         index.entries.remove(node_name);
         index.by_free.remove(&(free, name));
+        index.leave_bucket(free);
         index.free_units -= free;
         index.allocatable_units -= allocatable;
         let nodes = index.allocatables.get_mut(&allocatable).expect("indexed allocatables are counted");

@@ -9,6 +9,7 @@ mod capacity;
 mod history;
 mod nodes;
 mod objects;
+mod sizes;
 mod tenant;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,6 +18,7 @@ use std::sync::Arc;
 pub use capacity::{Capacity, NodeLoad};
 pub use history::Change;
 pub use objects::*;
+pub use sizes::{SEEN_ARRIVAL_WEIGHT, SEEN_DECAY_SHIFT, SizesSeen, typical_size};
 pub use tenant::{BudgetExceeded, NotEntitled, Tenant, check_budget, check_entitlement};
 
 pub use crate::name::Name;
@@ -72,6 +74,10 @@ pub struct View {
     /// objects for rules that never place — the twin's API server, whose store every change passes through once
     /// more before the controller's cache sees it. [`View::placement_index`] builds the index when asked.
     objects_only: bool,
+    /// class → claim size → how many claims of that size are stored.
+    sizes_held: sizes::Held,
+    /// The sizes each class has seen arrive, decayed (history: ignored by `==`).
+    sizes_seen: sizes::Seen,
     /// What it remembers of its changes (ignored by `==`).
     history: history::History,
 }
@@ -173,6 +179,22 @@ impl View {
             .into_iter()
             .flatten()
             .filter_map(move |name| self.pod(namespace, name))
+    }
+
+    /// The most common size among the claims of `class` stored now (ties: the larger); `None` when it has none.
+    pub fn typical_claim_size(&self, class: &str) -> Option<u32> {
+        sizes::typical(&self.sizes_held, class)
+    }
+
+    /// Claim size → how many claims of `class` of that size are stored.
+    pub fn claim_sizes(&self, class: &str) -> Option<&BTreeMap<u32, u32>> {
+        self.sizes_held.get(class)
+    }
+
+    /// The sizes of the claims of `class` this view has seen arrive, decayed (its history: a view filled afresh has
+    /// seen only what it holds).
+    pub fn sizes_seen(&self, class: &str) -> Option<&SizesSeen> {
+        self.sizes_seen.of(class)
     }
 
     /// What placement reads of `node`: the node (its resourceVersion aside) and what is taken there. Two views that
@@ -284,7 +306,8 @@ impl View {
             let placement_unchanged = old.resource_name == class.resource_name
                 && old.node_selector == class.node_selector
                 && (Arc::ptr_eq(&old.tolerations, &class.tolerations) || old.tolerations == class.tolerations);
-            if !placement_unchanged || (old.mode, old.max_count) != (class.mode, class.max_count) {
+            let rules = (old.mode, old.max_count, old.placement);
+            if !placement_unchanged || rules != (class.mode, class.max_count, class.placement) {
                 self.history.changed(Change::Everything);
             }
             *old = class;
@@ -319,6 +342,8 @@ impl View {
             None => self.tenants.entry(namespace.to_string()).or_default(),
         };
         tenant.claims.insert(name.clone(), claim);
+        self.sizes_seen.arrived(&indexed.class, indexed.count);
+        sizes::hold(&mut self.sizes_held, &indexed.class, indexed.count, true);
         self.list_claim(&namespace, &name, &indexed, true);
         self.count_claim(&namespace, &indexed, true);
     }
@@ -330,6 +355,7 @@ impl View {
             None => Change::Namespace(old.namespace.clone()),
         });
         let indexed = ClaimIndexed::of(&old);
+        sizes::hold(&mut self.sizes_held, &indexed.class, indexed.count, false);
         self.count_claim(&old.namespace, &indexed, false);
         self.list_claim(&old.namespace, &old.name, &indexed, false);
         Some(old)
@@ -359,6 +385,10 @@ impl View {
             });
         }
         let (namespace, name) = (&claim.namespace.clone(), &claim.name.clone());
+        if (&before.class, before.count) != (&after.class, after.count) {
+            sizes::hold(&mut self.sizes_held, &before.class, before.count, false);
+            sizes::hold(&mut self.sizes_held, &after.class, after.count, true);
+        }
         if before.counted() != after.counted() {
             self.count_claim(namespace, &before, false);
             self.count_claim(namespace, &after, true);

@@ -8,7 +8,7 @@ use crate::references::{Attachment, GpuEntry, Read};
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodAffinity, PodAntiAffinity, Taint, Toleration};
 
-pub use crate::api::{ClaimPhase, GpuMode, VmiRef};
+pub use crate::api::{ClaimPhase, GpuMode, Placement, VmiRef};
 use crate::keys::{self, kubevirt};
 use crate::name::Name;
 use crate::variant::Variant;
@@ -26,6 +26,8 @@ pub struct Class {
     pub node_selector: Arc<BTreeMap<String, String>>,
     pub tolerations: Arc<Vec<Toleration>>,
     pub live_migratable: bool,
+    /// How the controller chooses among the nodes that fit.
+    pub placement: Placement,
     pub published: Published,
     pub resource_version: String,
 }
@@ -37,6 +39,8 @@ pub struct Published {
     pub allocatable_units: u64,
     pub free_units: u64,
     pub largest_free_on_node: u64,
+    /// Free units on nodes that cannot take the class's most common claim size.
+    pub fragmented_units: u64,
 }
 
 /// Why something waits: a PascalCase reason and a sentence, as a condition carries them.

@@ -4,7 +4,9 @@
 use std::fmt;
 
 use crate::keys;
-use crate::model::{self, BudgetExceeded, Claim, NotEntitled, Tenant, View, check_budget, check_entitlement};
+use crate::model::{
+    self, BudgetExceeded, Claim, NotEntitled, Published, Tenant, View, check_budget, check_entitlement,
+};
 
 use super::Refusal;
 
@@ -41,9 +43,18 @@ pub enum OrderRefusal {
         count: u32,
         max: u32,
     },
+    /// The class has fewer units free in total (its published `freeUnits`) than the order's count. The message
+    /// names the most free on one node, as it did before `Fragmented` was told apart (event logs unchanged).
     NoCapacity {
         class: String,
         count: u32,
+        largest_free_on_node: u64,
+    },
+    /// The class has the units free in total (its published `freeUnits`) but no one node has them.
+    Fragmented {
+        class: String,
+        count: u32,
+        free_units: u64,
         largest_free_on_node: u64,
     },
     /// The budget counts what the namespace has ordered.
@@ -82,6 +93,11 @@ impl fmt::Display for OrderRefusal {
                 "spec.count {count} is more than the {largest_free_on_node} free units of GPU class {class:?} on \
                  any one node"
             ),
+            Fragmented { class, count, free_units, largest_free_on_node } => write!(
+                f,
+                "spec.count {count} fits no one node of GPU class {class:?}: {free_units} units are free in total, \
+                 at most {largest_free_on_node} on one node (the class is fragmented)"
+            ),
             Self::BudgetExceeded(refused) => write!(
                 f,
                 "ordering {} units of GPU class {:?} would exceed the namespace's budget: {} of {} already ordered \
@@ -108,6 +124,7 @@ impl Refusal for OrderRefusal {
             CountNotPositive => "CountNotPositive",
             CountOverMax { .. } => "CountOverMax",
             NoCapacity { .. } => "NoCapacity",
+            Fragmented { .. } => "Fragmented",
             Self::BudgetExceeded(_) => model::BudgetExceeded::REASON,
             Self::NotEntitled(_) => model::NotEntitled::REASON,
         }
@@ -126,7 +143,8 @@ pub fn validate_order(view: &View, order: Order<'_>, requester: &str) -> Result<
 }
 
 /// A new claim, checking in this order: class exists,
-/// count ≤ maxCount, count ≤ the published free units on one node, budget, vGPU entitlement. Template claims skip
+/// count ≤ maxCount, count ≤ the published free units on one node (`NoCapacity` when the class has fewer free in
+/// total, `Fragmented` when it has them in total but on no one node), budget, vGPU entitlement. Template claims skip
 /// it (the controller checks their budget when it creates them) when the settings name `requester`, the user
 /// creating the claim, as their creator.
 ///
@@ -144,9 +162,13 @@ fn validate_new_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
     if claim.count > class.max_count {
         return Err(OrderRefusal::CountOverMax { class: class.name.clone(), count: claim.count, max: class.max_count });
     }
-    let largest_free_on_node = class.published.largest_free_on_node;
-    if u64::from(claim.count) > largest_free_on_node {
+    let Published { free_units, largest_free_on_node, .. } = class.published;
+    if u64::from(claim.count) > free_units {
         return Err(OrderRefusal::NoCapacity { class: class.name.clone(), count: claim.count, largest_free_on_node });
+    }
+    if u64::from(claim.count) > largest_free_on_node {
+        let class = class.name.clone();
+        return Err(OrderRefusal::Fragmented { class, count: claim.count, free_units, largest_free_on_node });
     }
     let tenant = view.tenant(&claim.namespace);
     let ordered = |tenant: &Tenant| tenant.units_used(&class.name);
@@ -229,20 +251,33 @@ mod tests {
     }
 
     #[test]
-    fn no_capacity_reads_the_largest_free_units_on_one_node() {
+    fn fragmented_and_no_capacity_read_the_free_units_in_total_and_on_one_node() {
+        // Three nodes of eight with 7, 6 and 7 taken: 1 + 2 + 1 = 4 free in total, at most 2 on one node.
         let mut view = platform();
         let mut h100 = view.class("h100").unwrap().clone();
-        h100.published.free_units = 6; // six free in all, but split three and three
-        h100.published.largest_free_on_node = 3;
+        h100.published.free_units = 4;
+        h100.published.largest_free_on_node = 2;
         view.upsert_class(h100);
-        let refusal =
-            validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 4)), "alice").unwrap_err();
-        assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 4, largest_free_on_node: 3 });
+        let order =
+            |count| validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", count)), "alice");
+        let refusal = order(4).unwrap_err();
+        assert_eq!(
+            refusal,
+            OrderRefusal::Fragmented { class: "h100".into(), count: 4, free_units: 4, largest_free_on_node: 2 }
+        );
+        assert_eq!(refusal.reason(), "Fragmented");
         assert_eq!(
             refusal.to_string(),
-            r#"spec.count 4 is more than the 3 free units of GPU class "h100" on any one node"#
+            r#"spec.count 4 fits no one node of GPU class "h100": 4 units are free in total, at most 2 on one node (the class is fragmented)"#
         );
-        assert_eq!(validate_order(&view, Order::Create(&held_claim("tenant-a", "new", "h100", 3)), "alice"), Ok(()));
+        let refusal = order(5).unwrap_err();
+        assert_eq!(refusal, OrderRefusal::NoCapacity { class: "h100".into(), count: 5, largest_free_on_node: 2 });
+        assert_eq!(refusal.reason(), "NoCapacity");
+        assert_eq!(
+            refusal.to_string(),
+            r#"spec.count 5 is more than the 2 free units of GPU class "h100" on any one node"#
+        );
+        assert_eq!(order(2), Ok(()));
     }
 
     #[test]
