@@ -276,3 +276,17 @@ pub fn two_node_cluster() -> View {
     view.upsert_quota("tenant-a", "gpu-budget", BTreeMap::from([("h100".to_owned(), 8)]));
     view
 }
+
+/// Reconciles and applies until nothing is left to do; returns every action, pass by pass (a test's world settling).
+pub fn settle(view: &mut View, now: Time) -> Vec<Vec<crate::controller::Action>> {
+    let mut passes = Vec::new();
+    for _ in 0..8 {
+        let actions = crate::controller::reconcile(view, now);
+        if actions.is_empty() {
+            return passes;
+        }
+        crate::controller::apply(view, &actions, now).expect("the pass's own writes apply");
+        passes.push(actions);
+    }
+    panic!("reconcile did not settle in 8 passes: {passes:#?}");
+}

@@ -35,34 +35,22 @@ pub fn charts_of(report: &Report) -> Vec<NamedChart> {
         report.variants.iter().filter_map(|v| v.series.get(key).map(|s| (v.name.clone(), s.clone()))).collect()
     };
     let wants = |group: MetricGroup| study.metrics.contains(&group);
-    let fills: Vec<(String, crate::stats::SeriesSpread)> = report
-        .variants
-        .iter()
-        .filter_map(|v| {
-            let fill = v.fill.as_ref()?;
-            let spread = crate::stats::SeriesSpread {
-                t_hours: fill.arrived_pct.clone(),
-                p50: fill.allocated_p50.clone(),
-                min: fill.allocated_min.clone(),
-                max: fill.allocated_max.clone(),
-            };
-            Some((v.name.clone(), spread))
-        })
-        .collect();
-    let waiting: Vec<(String, crate::stats::SeriesSpread)> = report
-        .variants
-        .iter()
-        .filter_map(|v| {
-            let fill = v.fill.as_ref()?;
-            let spread = crate::stats::SeriesSpread {
-                t_hours: fill.arrived_pct.clone(),
-                p50: fill.waiting_p50.clone(),
-                min: fill.waiting_min.clone(),
-                max: fill.waiting_max.clone(),
-            };
-            Some((v.name.clone(), spread))
-        })
-        .collect();
+    // A fill's curves against the demand arrived, one line per variant: the units allocated, the VMs waiting.
+    let fill_lines = |curve: SpreadOf| -> Vec<(String, crate::stats::SeriesSpread)> {
+        report.variants.iter().filter_map(|v| Some((v.name.clone(), curve(v.fill.as_ref()?)))).collect()
+    };
+    let fills = fill_lines(|fill| crate::stats::SeriesSpread {
+        t_hours: fill.arrived_pct.clone(),
+        p50: fill.allocated_p50.clone(),
+        min: fill.allocated_min.clone(),
+        max: fill.allocated_max.clone(),
+    });
+    let waiting = fill_lines(|fill| crate::stats::SeriesSpread {
+        t_hours: fill.arrived_pct.clone(),
+        p50: fill.waiting_p50.clone(),
+        min: fill.waiting_min.clone(),
+        max: fill.waiting_max.clone(),
+    });
     if !fills.is_empty() {
         out.push(NamedChart {
             name: "fill-waiting".to_owned(),
@@ -675,3 +663,6 @@ pub fn write_report(report: &Report, dir: &Path, command: &str) -> Result<(), Re
     write(&dir.join("report.html"), html(report, command, &drawn).as_bytes())?;
     Ok(())
 }
+
+/// Which of a fill's curves a chart draws.
+type SpreadOf = fn(&crate::FillCurve) -> crate::stats::SeriesSpread;

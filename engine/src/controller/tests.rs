@@ -2,27 +2,13 @@
 //! the actions yields nothing.
 
 use super::*;
-use crate::fixtures::{self, gated_launcher, gpu_node, held_claim, vmi};
+use crate::fixtures::{self, gated_launcher, gpu_node, held_claim, settle, vmi};
 use crate::model::{Change, Claim, ClaimPhase, GpuMode, Published, Reason, Time, View, VmiPhase};
 
 const H100: &str = "nvidia.com/GH100_H100_SXM5_80GB";
 
 fn at(seconds: i64) -> Time {
     Time::from_second(1_800_000_000 + seconds).unwrap()
-}
-
-/// Reconciles and applies until nothing is left to do; returns every action, pass by pass.
-fn settle(view: &mut View, now: Time) -> Vec<Vec<Action>> {
-    let mut passes = Vec::new();
-    for _ in 0..8 {
-        let actions = reconcile(view, now);
-        if actions.is_empty() {
-            return passes;
-        }
-        apply(view, &actions, now).expect("the pass's own writes apply");
-        passes.push(actions);
-    }
-    panic!("reconcile did not settle in 8 passes: {passes:#?}");
 }
 
 /// Two H100 nodes (8 and 4 units), one class, one tenant with budget 8.
