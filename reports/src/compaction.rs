@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use crate::run::RunResult;
 use crate::stats::{self, judge};
-use crate::study::{Compaction, Study, set_node_count, to_scenario};
+use crate::study::{Compaction, Study, set_node_count};
 use crate::{CompactionResult, PlannedRun, Probe, ReportError, RunId};
+use gpuclaim_scenarios::scenario::scenario_from_tree;
 
 /// Where a search stands.
 #[derive(Clone, Debug)]
@@ -93,7 +94,7 @@ pub fn probe_runs(study: &Study, nodes: u32) -> Result<Vec<PlannedRun>, ReportEr
     let name = format!("{}@[{}]={nodes}", spec.variant, spec.target);
     let mut tree = base.scenario.clone();
     let scenario = set_node_count(&mut tree, &spec.target, &nodes.into())
-        .and_then(|()| to_scenario(&tree))
+        .and_then(|()| scenario_from_tree(&tree))
         .map_err(|reason| ReportError::Scenario { variant: name.clone(), reason })?;
     let scenario = Arc::new(scenario);
     Ok(study

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::Report;
 use crate::stats::{erlang_b, erlang_c_mean_wait};
-use crate::study::to_scenario;
+use gpuclaim_scenarios::scenario::scenario_from_tree;
 
 /// What the theory says, what the seeds measured, and whether it falls in their confidence interval.
 #[derive(Clone, Debug, Serialize)]
@@ -31,7 +31,7 @@ pub struct Comparison {
 pub fn compare(report: &Report) -> Result<Vec<Comparison>, String> {
     let mut out = Vec::new();
     for variant in &report.study.variants {
-        let scenario = to_scenario(&variant.scenario)?;
+        let scenario = scenario_from_tree(&variant.scenario)?;
         let [class] = scenario.cluster.classes.as_slice() else {
             return Err(format!("variant {}: one class, not {}", variant.name, scenario.cluster.classes.len()));
         };

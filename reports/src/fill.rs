@@ -19,7 +19,7 @@ use gpuclaim_sim::rng::actor_stream;
 use rand::RngExt;
 use serde_json::{Map, Value};
 
-use crate::study::to_scenario;
+use gpuclaim_scenarios::scenario::scenario_from_tree;
 
 /// When the first VM arrives: the controller's first leader is elected and has published capacity well before.
 pub const FILL_START: Millis = Millis(60_000);
@@ -56,7 +56,7 @@ pub struct FillPlan {
 
 /// The kinds of VM the scenario tree holds, with the units each requests, or why it cannot be filled.
 pub fn arrivals_of(tree: &Value) -> Result<Vec<Arrival>, String> {
-    let scenario = to_scenario(tree)?;
+    let scenario = scenario_from_tree(tree)?;
     let hours = scenario.duration.0.0 as f64 / 3_600_000.0;
     let mut arrivals = Vec::new();
     let vms = tree["vms"].as_array().map(Vec::as_slice).unwrap_or_default();

@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use crate::compaction::{Search, probe_runs};
 use crate::run::{RunError, RunResult, run_one};
 use crate::stats::{SeriesSpread, SloVerdict, Spread, judge, series_spread, spreads};
-use crate::study::{Study, to_scenario};
+use crate::study::Study;
+use gpuclaim_scenarios::scenario::scenario_from_tree;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -150,7 +151,7 @@ pub struct PlannedRun {
 pub fn plan_variants(study: &Study) -> Result<Vec<PlannedRun>, ReportError> {
     let mut plan = Vec::with_capacity(study.variants.len() * study.seeds.len());
     for variant in &study.variants {
-        let scenario = to_scenario(&variant.scenario)
+        let scenario = scenario_from_tree(&variant.scenario)
             .map_err(|reason| ReportError::Scenario { variant: variant.name.clone(), reason })?;
         let scenario = Arc::new(scenario);
         for &seed in &study.seeds {
@@ -175,7 +176,7 @@ pub fn run_planned(study: &Study, planned: &PlannedRun) -> Result<RunResult, Run
     let variant = study.variants.iter().find(|v| v.name == id.variant);
     let variant = variant.ok_or_else(|| fail("no variant of this name in the study".to_owned()))?;
     let (tree, fill) = fill::fill_scenario(&variant.scenario, id.seed, resample_to).map_err(fail)?;
-    let scenario = to_scenario(&tree).map_err(fail)?;
+    let scenario = scenario_from_tree(&tree).map_err(fail)?;
     run_one(&id.variant, &scenario, *engine, id.seed, samples, warmup, classes, Some(&fill))
 }
 

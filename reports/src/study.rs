@@ -12,7 +12,7 @@ use gpuclaim_engine::references::{ClaimTemplate, GpuEntry};
 use gpuclaim_engine::variant::Variant as EngineVariant;
 use gpuclaim_scenarios::import::openb::{OpenbOptions, SharedGpus, import_openb};
 use gpuclaim_scenarios::import::parse_seconds;
-use gpuclaim_scenarios::scenario::{Duration, Scenario, parse_scenario};
+use gpuclaim_scenarios::scenario::{Duration, Scenario, scenario_from_tree};
 use gpuclaim_sim::kernel::Millis;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -394,7 +394,7 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
     if let (Some(duration), Some(base)) = (file.duration, base.as_object_mut()) {
         base.insert("duration".to_owned(), Value::String(format!("{}ms", duration.0.0)));
     }
-    let parsed_base = to_scenario(&base).map_err(|reason| StudyError::Invalid {
+    let parsed_base = scenario_from_tree(&base).map_err(|reason| StudyError::Invalid {
         path: base_path.clone(),
         field: base_field.to_owned(),
         reason,
@@ -446,8 +446,8 @@ pub fn parse_study(text: &str, path: &Path) -> Result<Study, StudyError> {
             return Err(invalid(&format!("{field}.name"), format!("{:?} is used twice", variant.name)));
         }
         let scenario = apply(&base, variant).map_err(|(at, reason)| invalid(&format!("{field}.{at}"), reason))?;
-        let parsed =
-            to_scenario(&scenario).map_err(|reason| invalid(&field, format!("the scenario it gives: {reason}")))?;
+        let parsed = scenario_from_tree(&scenario)
+            .map_err(|reason| invalid(&field, format!("the scenario it gives: {reason}")))?;
         if let Some(slo) = &file.slo {
             slo_classes_fit(&slo.classes, &parsed)
                 .map_err(|reason| invalid(&format!("{field} (slo.classes)"), reason))?;
@@ -640,11 +640,6 @@ fn slo_classes_fit(classes: &[String], scenario: &Scenario) -> Result<(), String
         }
     }
     Ok(())
-}
-
-/// Parses a scenario tree (JSON is YAML, so the scenario parser reads it as it is written).
-pub fn to_scenario(value: &Value) -> Result<Scenario, String> {
-    parse_scenario(&value.to_string()).map_err(|e| e.to_string())
 }
 
 /// The base scenario with a variant's overrides: node counts, budgets, workloads, engine options, then `set`.

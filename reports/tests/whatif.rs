@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use gpuclaim_reports::render::{runs_csv, summary_json, write_report};
 use gpuclaim_reports::stats::spread;
-use gpuclaim_reports::study::{load_study, to_scenario};
+use gpuclaim_reports::study::load_study;
 use gpuclaim_reports::{Report, run_study};
+use gpuclaim_scenarios::scenario::scenario_from_tree;
 use gpuclaim_sim::log::EventLog;
 
 /// One class of 8-unit nodes; VMs ordering 2 or 8 units through templates, and held claims of 4.
@@ -87,7 +88,7 @@ fn summary_figures_are_the_runs_statistics() {
     let study = load_study(&path).unwrap();
     let report = run_study(&study, 2, &|_| {}).unwrap();
     let run = &report.runs[0];
-    let scenario = to_scenario(&study.variants[0].scenario).unwrap();
+    let scenario = scenario_from_tree(&study.variants[0].scenario).unwrap();
     let mut world = scenario.build(run.seed, EventLog::new(None)).unwrap();
     world.set_variant(study.variants[0].engine);
     world.run(scenario.duration.0, 1_000_000_000).unwrap();
@@ -288,7 +289,7 @@ fn overrides_edit_the_scenario_tree_before_it_is_parsed() {
     let merged = tree("engine-and-set");
     assert_eq!((merged["duration"].as_str(), merged["cluster"]["claimsEnabled"].as_bool()), (Some("1h"), Some(false)));
     assert_eq!(merged["cluster"]["classes"], tree("base")["cluster"]["classes"], "a deep merge keeps siblings");
-    let scenario = to_scenario(&merged).unwrap();
+    let scenario = scenario_from_tree(&merged).unwrap();
     assert!(!scenario.cluster.claims_enabled);
 }
 

@@ -537,6 +537,12 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError
     ScenarioError::Invalid { field: field.into(), reason: reason.into() }
 }
 
+/// Parses a scenario tree (a study's base with a variant's overrides): JSON is YAML, so the scenario parser reads it as
+/// it is written, with the same checks and messages as a file.
+pub fn scenario_from_tree(tree: &serde_json::Value) -> Result<Scenario, String> {
+    parse_scenario(&tree.to_string()).map_err(|e| e.to_string())
+}
+
 /// Parses a scenario, naming the field that does not fit.
 pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     // A JSON document is read straight from the text first: an imported trace's scenario is megabytes, and going
