@@ -1,7 +1,7 @@
 //! The placement policies on small worlds whose best node is known, and `Fragmented` against `NoCapacity`
 //! (issue 35; docs/controller.md, "Placement policies").
 
-use gpuclaim_engine::controller::{Action, apply, reconcile};
+use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::fixtures::{self, bound, gated_launcher, gpu_node, held_claim, settle, vmi};
 use gpuclaim_engine::model::{ClaimPhase, GpuMode, Placement, Published, Reason, Time, View, VmiPhase};
 
