@@ -2,11 +2,11 @@
 //! and NotFound, finalizers, ownerReference garbage collection, the admission chain's failure policy, the gated-pod
 //! rules on the controller's writes, and the watch (order, lag, stale events ignored).
 
-use gpuclaim_engine::controller::runtime::{Change, Object, observe};
+use gpuclaim_engine::controller::runtime::{Change, Object, ObjectKey, observe};
 use gpuclaim_engine::controller::{Action, ClaimStatus, ObjectRef};
 use gpuclaim_engine::fixtures::{self, gated_launcher, held_claim};
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{ClaimPhase, Time, Usage, View, Vmi, VmiRef};
+use gpuclaim_engine::model::{ClaimPhase, PodPhase, Time, Usage, View, Vmi, VmiRef};
 use gpuclaim_sim::apiserver::{ApiError, ApiServer, Kind};
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::users::{self, User};
@@ -66,11 +66,11 @@ fn creating_an_existing_name_and_touching_a_missing_one_are_refused() {
     api.create_vmi(vmi("a"), &kubevirt()).unwrap();
     let error = api.create_vmi(vmi("a"), &kubevirt()).unwrap_err();
     assert_eq!(error.to_string(), r#"virtualmachineinstances.kubevirt.io "a" already exists"#);
-    assert_eq!(error.reason(), "AlreadyExists");
+    assert_eq!((error.reason(), error.code()), ("AlreadyExists", 409));
     let error = api.delete_pod("tenant-a", "nope").unwrap_err();
     assert_eq!(error.to_string(), r#"pods "nope" not found"#);
     let error = api.update_vmi("tenant-a", "nope", &kubevirt(), |_| {}).unwrap_err();
-    assert_eq!(error.reason(), "NotFound");
+    assert_eq!((error.reason(), error.code()), ("NotFound", 404));
 }
 
 #[test]
@@ -94,6 +94,7 @@ fn a_write_with_a_stale_resource_version_is_a_conflict() {
         error.to_string(),
         r#"Operation cannot be fulfilled on gpuclaims.gpu.cozystack.io "a-gpu-0": the object has been modified; please apply your changes to the latest version and try again"#
     );
+    assert_eq!((error.reason(), error.code()), ("Conflict", 409));
     assert_eq!(api.store().claim("tenant-a", "a-gpu-0").unwrap(), &claim, "nothing written");
     api.write(&update(&claim.resource_version), now(), &controller()).unwrap();
     let written = api.store().claim("tenant-a", "a-gpu-0").unwrap();
@@ -117,7 +118,7 @@ fn a_claim_with_a_finalizer_waits_for_it_and_takes_its_usage_records_along() {
     api.write(&Action::OpenUsage { usage }, now(), &controller()).unwrap();
     let uid = api.store().claim("tenant-a", "a-gpu-0").unwrap().uid.clone();
     let error = api.delete_claim("tenant-a", "a-gpu-0", Some("other-uid")).unwrap_err();
-    assert_eq!(error.reason(), "Conflict", "a uid precondition names another object");
+    assert_eq!((error.reason(), error.code()), ("Conflict", 409), "a uid precondition names another object");
     api.delete_claim("tenant-a", "a-gpu-0", Some(&uid)).unwrap();
     let deleting = api.store().claim("tenant-a", "a-gpu-0").unwrap().clone();
     assert!(deleting.deleting && deleting.finalizer, "held by its finalizer");
@@ -167,7 +168,7 @@ fn with_no_ready_webhook_replica_selected_creates_fail_closed() {
     api.admission.ready_replicas = 0;
     let pod = gated_launcher("tenant-a", "a", "[]", H100, 2, now());
     let error = api.create_pod(pod.clone(), &kubevirt()).unwrap_err();
-    assert_eq!(error.reason(), "InternalError");
+    assert_eq!((error.reason(), error.code()), ("InternalError", 500));
     assert_eq!(
         error.to_string(),
         r#"Internal error occurred: failed calling webhook "pod.gpu.cozystack.io": failed to call webhook: Post "https://gpuclaim-webhook.cozy-gpuclaim.svc:443/mutate-pod?timeout=10s": no endpoints available for service "gpuclaim-webhook""#
@@ -188,14 +189,14 @@ fn with_no_ready_webhook_replica_selected_creates_fail_closed() {
 fn a_webhook_denial_carries_the_webhook_name_and_the_rule_reason() {
     let mut api = server();
     let error = api.create_claim(held_claim("tenant-a", "held", "h100", 2), &users::tenant("tenant-a")).unwrap_err();
-    assert_eq!(error.reason(), "NoCapacity");
+    assert_eq!((error.reason(), error.code()), ("NoCapacity", 403), "the webhook's answer's own code");
     assert_eq!(
         error.to_string(),
         r#"admission webhook "order.gpu.cozystack.io" denied the request: spec.count 2 is more than the 0 free units of GPU class "h100" on any one node"#
     );
     // The template mark from a tenant: the chart's policy refuses it first, the webhook behind it as a second line.
     let error = api.write(&template_claim_action("a"), now(), &users::tenant("tenant-a")).unwrap_err();
-    assert_eq!(error.reason(), "Forbidden");
+    assert_eq!((error.reason(), error.code()), ("Forbidden", 403));
     assert_eq!(
         error.to_string(),
         "ValidatingAdmissionPolicy 'gpuclaim-template-mark' with binding 'gpuclaim-template-mark' denied request: the \
@@ -204,7 +205,7 @@ fn a_webhook_denial_carries_the_webhook_name_and_the_rule_reason() {
     );
     api.admission.variant.unguarded_writes = true;
     let error = api.write(&template_claim_action("a"), now(), &users::tenant("tenant-a")).unwrap_err();
-    assert_eq!(error.reason(), "TemplateMarkForbidden");
+    assert_eq!((error.reason(), error.code()), ("TemplateMarkForbidden", 403));
 }
 
 #[test]
@@ -222,7 +223,7 @@ fn the_controller_may_not_add_a_second_node_affinity_term_while_a_pod_is_gated()
         terms: terms.into(),
     };
     let error = api.write(&pin, now(), &controller()).unwrap_err();
-    assert_eq!(error.reason(), "Invalid", "{error}");
+    assert_eq!((error.reason(), error.code()), ("Invalid", 422), "{error}");
     assert!(error.to_string().contains("nodeSelectorTerms"), "{error}");
     assert_eq!(api.store().pod("tenant-a", &pod.name).unwrap(), &stored, "nothing written");
 }
@@ -260,4 +261,37 @@ fn the_watch_delivers_in_revision_order_after_its_lag_and_caches_skip_what_they_
 fn errors_name_their_kind_in_the_api_servers_words() {
     let error = ApiError::NotFound { kind: Kind::Usage, name: "u".into() };
     assert_eq!(error.to_string(), r#"gpuusages.gpu.cozystack.io "u" not found"#);
+}
+
+#[test]
+fn the_journal_holds_every_write_with_its_revision_and_pods_the_controller_does_not_watch_too() {
+    let mut api = server();
+    let mut plain = gated_launcher("tenant-a", "plain", "[]", H100, 2, now());
+    std::sync::Arc::make_mut(&mut plain.labels).remove(keys::LABEL_CLAIMS);
+    plain.scheduling_gates.clear();
+    api.create_pod(plain.clone(), &kubevirt()).unwrap();
+    assert!(api.watch().take_journal(Vec::new()).is_empty(), "no journal unless one is kept");
+
+    api.watch().keep_journal();
+    let name = plain.name.clone();
+    api.update_pod("tenant-a", &name, &kubevirt(), |pod| {
+        std::sync::Arc::make_mut(&mut pod.labels).insert("team".into(), "a".into());
+    })
+    .unwrap();
+    api.update_pod_status("tenant-a", &name, |pod| pod.phase = PodPhase::Failed).unwrap();
+    api.create_vmi(vmi("a"), &kubevirt()).unwrap();
+    api.delete_pod("tenant-a", &name).unwrap();
+    api.delete_vmi("tenant-a", "a").unwrap();
+    let pod = ObjectKey { kind: Kind::Pod, namespace: "tenant-a".into(), name: name.clone() };
+    let vmi_a = ObjectKey { kind: Kind::Vmi, namespace: "tenant-a".into(), name: "a".into() };
+    let journal = api.watch().take_journal(Vec::new());
+    assert_eq!(
+        journal,
+        [(pod.clone(), 102), (pod.clone(), 103), (vmi_a.clone(), 104), (pod, 105), (vmi_a.clone(), 106)],
+        "every write in order, at the revision it took"
+    );
+    assert!(api.watch().take_journal(journal).is_empty(), "taken once");
+    // The controller's watch carries only what it watches: the VMI, not the unbound pod without the claims label.
+    let delivered: Vec<(ObjectKey, u64)> = api.watch().deliver(Millis(1)).map(|c| (c.key(), c.revision())).collect();
+    assert_eq!(delivered, [(vmi_a.clone(), 104), (vmi_a, 106)]);
 }

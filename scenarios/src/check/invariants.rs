@@ -19,6 +19,7 @@ use gpuclaim_engine::model::{Claim, GpuMode, Name, Pod, Time, View};
 use gpuclaim_engine::scheduling::is_pinned_to;
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_sim::apiserver::Kind;
+use gpuclaim_sim::apiserver::watch::Journaled;
 use gpuclaim_sim::kernel::Millis;
 
 /// One invariant, by the name scenario files and reports use.
@@ -224,7 +225,7 @@ pub struct Invariants {
     listing: Ledger<Key, BTreeSet<Key>>,
     next_sample: Millis,
     /// The buffer the last event's keys came in, kept so the next event's fit without growing one again.
-    journal: Vec<ObjectKey>,
+    journal: Vec<Journaled>,
     /// The namespaces the platform entitled to vGPU classes (as the run started).
     entitled: BTreeSet<Name>,
     /// (node, resource) → the allocatable units last seen.
@@ -236,7 +237,7 @@ pub struct Invariants {
 
 impl Invariants {
     /// An empty buffer for the next event's keys (see [`gpuclaim_sim::apiserver::watch::Watch::take_journal`]).
-    pub fn spent_journal(&mut self) -> Vec<ObjectKey> {
+    pub fn spent_journal(&mut self) -> Vec<Journaled> {
         std::mem::take(&mut self.journal)
     }
 
@@ -269,11 +270,12 @@ impl Invariants {
                 invariants.allocatable.insert((node.name.as_str().into(), resource.as_str().into()), *units);
             }
         }
-        let keys: Vec<ObjectKey> = store
+        let keys: Vec<Journaled> = store
             .pods()
             .map(|p| key(Kind::Pod, &p.namespace, &p.name))
             .chain(store.claims().map(|c| key(Kind::Claim, &c.namespace, &c.name)))
             .chain(store.usages().map(|u| key(Kind::Usage, &u.namespace, &u.name)))
+            .map(|key| (key, 0))
             .collect();
         // What a scenario starts with is not a booking this run made: ledgers only.
         invariants.touched(store, keys, Millis::ZERO, &mut Vec::new());
@@ -285,7 +287,7 @@ impl Invariants {
     pub fn check(
         &mut self,
         store: &View,
-        touched: Vec<ObjectKey>,
+        touched: Vec<Journaled>,
         now: Millis,
         time: Time,
         leader: bool,
@@ -301,7 +303,7 @@ impl Invariants {
     pub fn check_all(
         &mut self,
         store: &View,
-        touched: Vec<ObjectKey>,
+        touched: Vec<Journaled>,
         now: Millis,
         time: Time,
         leader: bool,
@@ -322,13 +324,14 @@ impl Invariants {
         found
     }
 
-    fn touched(&mut self, store: &View, mut touched: Vec<ObjectKey>, now: Millis, found: &mut Vec<Violation>) {
-        // In key order, each once (an event touches a handful of objects: sorted in place, not through a set).
+    fn touched(&mut self, store: &View, mut touched: Vec<Journaled>, now: Millis, found: &mut Vec<Violation>) {
+        // In key order, each once whatever its revisions (an event touches a handful of objects: sorted in place,
+        // not through a set). The checks read the store as the event left it, so the revisions are not needed.
         touched.sort_unstable();
-        touched.dedup();
+        touched.dedup_by(|later, earlier| later.0 == earlier.0);
         let mut usage_checks: BTreeSet<Key> = BTreeSet::new();
         let mut grown = Vec::new();
-        for object in &touched {
+        for (object, _) in &touched {
             match object.kind {
                 Kind::Node => self.node(store, &object.name, now),
                 Kind::Claim => {
@@ -356,7 +359,7 @@ impl Invariants {
         }
         // Pods after claims: a pod ungated in this event is judged on the claims as this event left them.
         let mut booked = Vec::new();
-        for object in touched.iter().filter(|o| o.kind == Kind::Pod) {
+        for (object, _) in touched.iter().filter(|(o, _)| o.kind == Kind::Pod) {
             booked.extend(self.pod(store, (object.namespace.clone(), object.name.clone()), found));
         }
         // Handed back for the next event's keys (see [`Invariants::spent_journal`]).

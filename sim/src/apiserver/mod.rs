@@ -73,6 +73,17 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status code a client sees with [`ApiError::reason`]: 409 for a name taken or a stale precondition,
+    /// 404 for a missing object, 422 for invalid content, and admission's own (see [`AdmissionError::code`]).
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::UidPrecondition { .. } => 409,
+            ApiError::NotFound { .. } => 404,
+            ApiError::Invalid { .. } | ApiError::Rule { .. } => 422,
+            ApiError::Admission(error) => error.code(),
+        }
+    }
+
     /// How the controller's loop reads the refusal of one of its writes: its cache was behind (a conflict, a name
     /// taken, an object gone), or anything else.
     pub fn outcome(&self) -> Outcome {
@@ -249,6 +260,8 @@ impl ApiServer {
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         if watched_pod(&pod) {
             self.watch.push(Change::Upsert(Object::Pod(pod.clone())));
+        } else {
+            self.watch.note_key(Kind::Pod, &namespace, &name, &pod.resource_version);
         }
         self.store.upsert_pod(pod);
         Ok(self.store.pod(&namespace, &name).expect("stored above"))
@@ -273,6 +286,8 @@ impl ApiServer {
         let pod = self.store.pod(namespace, name).expect("edited above");
         if watched_pod(pod) {
             self.watch.push(Change::Upsert(Object::Pod(pod.clone())));
+        } else {
+            self.watch.note_key(Kind::Pod, &pod.namespace, &pod.name, &pod.resource_version);
         }
         Ok(())
     }
@@ -290,6 +305,8 @@ impl ApiServer {
                 name: name.into(),
                 revision,
             });
+        } else {
+            self.watch.note_key(Kind::Pod, &pod.namespace, &pod.name, revision.as_str());
         }
         Ok(pod)
     }
@@ -715,6 +732,8 @@ impl ApiServer {
         new.resource_version = self.next_revision();
         if watched_pod(&new) {
             self.watch.push(Change::Upsert(Object::Pod(new.clone())));
+        } else {
+            self.watch.note_key(Kind::Pod, &new.namespace, &new.name, &new.resource_version);
         }
         self.store.upsert_pod(new);
         Ok(())

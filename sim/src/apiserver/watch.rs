@@ -4,9 +4,13 @@
 
 use std::collections::VecDeque;
 
-use gpuclaim_engine::controller::runtime::{Change, ObjectKey};
+use gpuclaim_engine::controller::runtime::{Change, Kind, ObjectKey, revision};
+use gpuclaim_engine::model::Name;
 
 use crate::kernel::Millis;
+
+/// One write in the journal: the object's key and the revision it was written at (a deletion's own).
+pub type Journaled = (ObjectKey, u64);
 
 /// The stream of one watcher: changes queued with the time they are due.
 #[derive(Debug, Default)]
@@ -18,9 +22,11 @@ pub struct Watch {
     delivery_scheduled: bool,
     /// A lag drawn per change, uniform in [lag, max], from its own stream (a fault a scenario switches on).
     jitter: Option<(Millis, rand_chacha::ChaCha8Rng)>,
-    /// The keys of every change written since the journal was last taken, when someone reads it (the run's
-    /// invariant checks look at what an event touched, not at the whole store).
-    journal: Option<Vec<ObjectKey>>,
+    /// The key and revision of every write since the journal was last taken, when someone reads it (the run's
+    /// invariant checks look at what an event touched, not at the whole store). It holds writes of every kind the
+    /// store keeps, watched or not (a pod the controller does not watch too), as an API server's own watch cache
+    /// sees them.
+    journal: Option<Vec<Journaled>>,
 }
 
 impl Watch {
@@ -34,14 +40,15 @@ impl Watch {
         self.jitter = Some((max.max(self.lag), rng));
     }
 
-    /// Starts keeping the journal of changed keys.
+    /// Starts keeping the journal of writes.
     pub fn keep_journal(&mut self) {
         self.journal.get_or_insert_with(Vec::new);
     }
 
-    /// The keys changed since the last call (empty unless the journal is kept). `spent` (emptied) takes the
-    /// journal's place, so the journal keeps a buffer grown to an event's size instead of growing a new one.
-    pub fn take_journal(&mut self, mut spent: Vec<ObjectKey>) -> Vec<ObjectKey> {
+    /// The writes since the last call, in the order written (empty unless the journal is kept). `spent` (emptied)
+    /// takes the journal's place, so the journal keeps a buffer grown to an event's size instead of growing a new
+    /// one.
+    pub fn take_journal(&mut self, mut spent: Vec<Journaled>) -> Vec<Journaled> {
         spent.clear();
         match &mut self.journal {
             Some(journal) => std::mem::replace(journal, spent),
@@ -52,7 +59,16 @@ impl Watch {
     /// Notes a change written outside the stream (a watcher's own write) in the journal.
     pub(super) fn note(&mut self, change: &Change) {
         if let Some(journal) = &mut self.journal {
-            journal.push(change.key());
+            journal.push((change.key(), change.revision()));
+        }
+    }
+
+    /// Notes a write of an object no watcher selects (a pod the controller does not watch): in the journal only,
+    /// its key built only when the journal is kept.
+    pub(super) fn note_key(&mut self, kind: Kind, namespace: &Name, name: &Name, resource_version: &str) {
+        if let Some(journal) = &mut self.journal {
+            let key = ObjectKey { kind, namespace: namespace.clone(), name: name.clone() };
+            journal.push((key, revision(resource_version)));
         }
     }
 

@@ -38,9 +38,10 @@ pub const WEBHOOK_SERVICE: &str = "gpuclaim-webhook";
 /// A create the admission chain refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
-    /// The webhook answered and denied: its registration's name, the reason and the message.
+    /// The webhook answered and denied: its registration's name, the reason, the HTTP code its answer carries and
+    /// the message.
     #[error("admission webhook {name:?} denied the request: {message}")]
-    Denied { name: String, reason: &'static str, message: String },
+    Denied { name: String, reason: &'static str, code: u16, message: String },
     /// A ValidatingAdmissionPolicy of the chart refused the write.
     #[error("{0}")]
     Policy(Denial),
@@ -67,6 +68,22 @@ impl AdmissionError {
                 _ => "Invalid",
             },
             AdmissionError::Condition { .. } | AdmissionError::Unavailable { .. } => "InternalError",
+        }
+    }
+
+    /// The HTTP status code a client sees: a webhook's own (the API server raises one below 400 to 400), a
+    /// policy's from its reason (403 Forbidden, 401 Unauthorized, 413 RequestEntityTooLarge, else 422 Invalid),
+    /// 500 for an outage or a condition that fails to evaluate.
+    pub fn code(&self) -> u16 {
+        match self {
+            AdmissionError::Denied { code, .. } => (*code).max(400),
+            AdmissionError::Policy(_) => match self.reason() {
+                "Forbidden" => 403,
+                "Unauthorized" => 401,
+                "RequestEntityTooLarge" => 413,
+                _ => 422,
+            },
+            AdmissionError::Condition { .. } | AdmissionError::Unavailable { .. } => 500,
         }
     }
 }
@@ -338,7 +355,7 @@ impl Admission {
 }
 
 fn denied(name: String, refusal: &impl Refusal) -> AdmissionError {
-    AdmissionError::Denied { name, reason: refusal.reason(), message: refusal.to_string() }
+    AdmissionError::Denied { name, reason: refusal.reason(), code: refusal.code(), message: refusal.to_string() }
 }
 
 #[cfg(test)]
