@@ -295,3 +295,78 @@ fn the_journal_holds_every_write_with_its_revision_and_pods_the_controller_does_
     let delivered: Vec<(ObjectKey, u64)> = api.watch().deliver(Millis(1)).map(|c| (c.key(), c.revision())).collect();
     assert_eq!(delivered, [(vmi_a.clone(), 104), (vmi_a, 106)]);
 }
+
+/// The writes the served API makes for clients (issue 39): each takes the next revision, is journaled at it, and
+/// reaches the controller's cache through the watch as the controller expects (its cache ends equal to the store).
+#[test]
+fn class_quota_settings_usage_writes_and_touches_are_journaled_and_reach_the_controllers_cache() {
+    let mut api = server();
+    api.write(&template_claim_action("a"), now(), &controller()).unwrap(); // 101
+    let mut cache = api.store().clone();
+    api.watch().keep_journal();
+    let key = |kind, namespace: &str, name: &str| ObjectKey { kind, namespace: namespace.into(), name: name.into() };
+
+    let h100 = api.store().class("h100").unwrap().clone();
+    let mut l4 = h100.clone();
+    (l4.name, l4.max_count, l4.published) = ("l4".into(), 4, Default::default());
+    assert_eq!(api.put_class(l4).resource_version, "102");
+    let mut narrower = h100.clone();
+    (narrower.max_count, narrower.published) = (2, Default::default());
+    let stored = api.put_class(narrower);
+    assert_eq!((stored.max_count, &stored.published), (2, &h100.published), "the status stays the controller's");
+    let usage = Usage {
+        namespace: "tenant-a".into(),
+        name: "a-gpu-0-1".into(),
+        claim: "a-gpu-0".into(),
+        class: "h100".into(),
+        count: 2,
+        node: "gpu-1".into(),
+        ..Usage::default()
+    };
+    assert_eq!(api.create_usage(usage.clone(), &controller()).unwrap().resource_version, "104");
+    let error = api.create_usage(usage, &controller()).unwrap_err();
+    assert_eq!((error.reason(), error.code()), ("AlreadyExists", 409));
+    assert_eq!(api.put_quota("tenant-a", "gpus", [("h100".to_owned(), 4)].into()), "105");
+    assert_eq!(api.touch(Kind::Claim, "tenant-a", "a-gpu-0").unwrap(), "106");
+    assert_eq!(api.store().claim("tenant-a", "a-gpu-0").unwrap().resource_version, "106", "a new revision only");
+    assert_eq!(api.touch(Kind::Quota, "tenant-a", "gpus").unwrap(), "107");
+    let error = api.touch(Kind::Pod, "tenant-a", "nope").unwrap_err();
+    assert_eq!((error.reason(), error.code()), ("NotFound", 404));
+    assert_eq!(api.put_settings(Some(users::chart_settings("system:serviceaccount:x:y"))), "108");
+    assert_eq!(api.store().settings.controller_user.as_deref(), Some("system:serviceaccount:x:y"));
+    api.delete_quota("tenant-a", "gpus").unwrap();
+    assert_eq!(api.delete_quota("tenant-a", "gpus").unwrap_err().code(), 404);
+    api.delete_class("l4").unwrap();
+    assert_eq!(api.put_settings(None), "111");
+    assert_eq!(api.store().settings.controller_user, None);
+
+    let journal = api.watch().take_journal(Vec::new());
+    let expected = [
+        (key(Kind::Class, "", "l4"), 102),
+        (key(Kind::Class, "", "h100"), 103),
+        (key(Kind::Usage, "tenant-a", "a-gpu-0-1"), 104),
+        (key(Kind::Quota, "tenant-a", "gpus"), 105),
+        (key(Kind::Claim, "tenant-a", "a-gpu-0"), 106),
+        (key(Kind::Quota, "tenant-a", "gpus"), 107),
+        (key(Kind::Settings, "", ""), 108),
+        (key(Kind::Quota, "tenant-a", "gpus"), 109),
+        (key(Kind::Class, "", "l4"), 110),
+        (key(Kind::Settings, "", ""), 111),
+    ];
+    assert_eq!(journal, expected);
+    // The watch carries the same writes (the quota's touch changes nothing the controller reads: journal only).
+    let delivered: Vec<Change> = api.watch().deliver(Millis(1)).collect();
+    assert_eq!(delivered.len(), expected.len() - 1);
+    for change in delivered {
+        observe(&mut cache, change);
+    }
+    assert_eq!(cache.class("h100"), api.store().class("h100"));
+    assert_eq!(cache.class("l4"), None);
+    assert_eq!(cache.usage("tenant-a", "a-gpu-0-1"), api.store().usage("tenant-a", "a-gpu-0-1"));
+    assert_eq!(cache.claim("tenant-a", "a-gpu-0"), api.store().claim("tenant-a", "a-gpu-0"));
+    let quotas = |view: &View| view.tenant("tenant-a").unwrap().quotas().map(|(name, _)| name.to_owned()).collect();
+    let (cached, stored): (Vec<String>, Vec<String>) = (quotas(&cache), quotas(api.store()));
+    assert_eq!(cached, stored);
+    assert!(!stored.contains(&"gpus".to_owned()), "deleted");
+    assert_eq!(cache.settings, api.store().settings);
+}

@@ -23,7 +23,9 @@ pub mod gates;
 pub mod watch;
 
 use gpuclaim_engine::controller::{self, Action, ObjectRef};
-use gpuclaim_engine::model::{Claim, Name, Node, Pod, Time, Usage, View, Vmi};
+use std::collections::BTreeMap;
+
+use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Settings, Time, Usage, View, Vmi};
 
 use admission::crd::RuleBroken;
 use admission::request::{self, Operation, Request, Served, User};
@@ -35,7 +37,9 @@ use watch::Watch;
 
 /// The kinds the twin stores are the kinds the GPU controller caches, with the names the API server's messages use.
 pub use gpuclaim_engine::controller::runtime::Kind;
-use gpuclaim_engine::controller::runtime::{Change, Object, ObjectKey, Outcome, newer};
+use gpuclaim_engine::controller::runtime::{
+    Change, Object, ObjectKey, Outcome, Quota, newer, revision as change_revision,
+};
 
 /// A refused request, with the API server's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -396,6 +400,169 @@ impl ApiServer {
         node.resource_version = self.next_revision().to_string();
         self.watch.push(Change::Upsert(Object::Node(node.clone())));
         self.store.upsert_node(node);
+    }
+
+    /// A new revision for a write the compact store does not hold (a served object's own fields, a kind the twin
+    /// does not model): revisions stay one counter across everything the API server writes.
+    pub(crate) fn stamp(&mut self) -> Name {
+        self.next_revision()
+    }
+
+    /// Writes `kind` `namespace`/`name` again unchanged, at a new revision (an edit of fields the compact store does
+    /// not hold, such as a claim's label): the object takes the revision where it carries one, and the watch and
+    /// the journal see the write as any other. Returns the revision.
+    pub fn touch(&mut self, kind: Kind, namespace: &str, name: &str) -> Result<Name, ApiError> {
+        let missing = || ApiError::NotFound { kind, name: name.to_owned() };
+        let store = &self.store;
+        let found = match kind {
+            Kind::Claim => store.claim(namespace, name).is_some(),
+            Kind::Pod => store.pod(namespace, name).is_some(),
+            Kind::Usage => store.usage(namespace, name).is_some(),
+            Kind::Vmi => store.vmi(namespace, name).is_some(),
+            Kind::Class => store.class(name).is_some(),
+            Kind::Node => store.node(name).is_some(),
+            Kind::Namespace => store.tenant(name).is_some(),
+            Kind::Quota => {
+                store.tenant(namespace).is_some_and(|tenant| tenant.quotas().any(|(quota, _)| quota == name))
+            }
+            Kind::Settings => true,
+        };
+        if !found {
+            return Err(missing());
+        }
+        let revision = self.stamp();
+        let (ns, nm): (Name, Name) = (namespace.into(), name.into());
+        match kind {
+            Kind::Claim => {
+                self.store.edit_claim(namespace, name, |claim| claim.resource_version = revision.clone());
+                let change = self.push_claim(&ObjectRef::new(namespace, name));
+                self.watch.push(change);
+            }
+            Kind::Pod => {
+                self.store.set_pod_resource_version(namespace, name, revision.clone());
+                let pod = self.store.pod(namespace, name).expect("found above");
+                if watched_pod(pod) {
+                    self.watch.push(Change::Upsert(Object::Pod(pod.clone())));
+                } else {
+                    self.watch.note_key(Kind::Pod, &ns, &nm, &revision);
+                }
+            }
+            Kind::Usage => {
+                let change = self.stamp_usage_at(namespace, name, revision.clone());
+                self.watch.push(change);
+            }
+            Kind::Vmi => {
+                self.store.edit_vmi(namespace, name, |vmi| vmi.resource_version = revision.clone());
+                let vmi = self.store.vmi(namespace, name).expect("found above").clone();
+                self.watch.push(Change::Upsert(Object::Vmi(vmi)));
+            }
+            Kind::Class => {
+                self.store.set_class_resource_version(name, revision.to_string());
+                let class = self.store.class(name).expect("found above").clone();
+                self.watch.push(Change::Upsert(Object::Class(class)));
+            }
+            Kind::Node => {
+                let mut node = self.store.node(name).expect("found above").clone();
+                node.resource_version = revision.to_string();
+                self.nodes_written += 1;
+                self.watch.push(Change::Upsert(Object::Node(node.clone())));
+                self.store.upsert_node(node);
+            }
+            Kind::Namespace => {
+                let vgpu_entitled = self.store.tenant(name).is_some_and(|tenant| tenant.vgpu_entitled);
+                let object = gpuclaim_engine::controller::runtime::Namespace {
+                    name: nm,
+                    vgpu_entitled,
+                    resource_version: revision.clone(),
+                };
+                self.watch.push(Change::Upsert(Object::Namespace(object)));
+            }
+            Kind::Quota => self.watch.note_key(kind, &ns, &nm, &revision),
+            // The settings' key names no object: there is one ConfigMap (see `Change::key`).
+            Kind::Settings => self.watch.note_key(kind, &Name::default(), &Name::default(), &revision),
+        }
+        Ok(revision)
+    }
+
+    /// Creates or replaces a GPUClass's spec (an administrator's write): the status stays what the controller last
+    /// published. No policy of the twin's admission selects class writes. Returns the stored class.
+    pub fn put_class(&mut self, mut class: Class) -> &Class {
+        if let Some(stored) = self.store.class(&class.name) {
+            class.published = stored.published;
+        }
+        class.resource_version = self.next_revision().to_string();
+        let name = class.name.clone();
+        self.watch.push(Change::Upsert(Object::Class(class.clone())));
+        self.store.upsert_class(class);
+        self.store.class(&name).expect("stored above")
+    }
+
+    /// Deletes a GPUClass.
+    pub fn delete_class(&mut self, name: &str) -> Result<Class, ApiError> {
+        let class =
+            self.store.remove_class(name).ok_or(ApiError::NotFound { kind: Kind::Class, name: name.to_owned() })?;
+        let revision = self.next_revision();
+        self.watch.push(Change::Delete { kind: Kind::Class, namespace: Name::default(), name: name.into(), revision });
+        Ok(class)
+    }
+
+    /// Creates a usage record as `user` (the controller opens its records through [`ApiServer::write`]), through
+    /// the policies.
+    pub fn create_usage(&mut self, mut usage: Usage, user: &User) -> Result<&Usage, ApiError> {
+        if self.store.usage(&usage.namespace, &usage.name).is_some() {
+            return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.to_string() });
+        }
+        let (namespace, name) = (usage.namespace.clone(), usage.name.clone());
+        self.validate(Operation::Create, request::USAGES, "", (&namespace, &name), user, Some(&usage), None)?;
+        usage.resource_version = self.next_revision();
+        self.watch.push(Change::Upsert(Object::Usage(usage.clone())));
+        self.store.upsert_usage(usage);
+        Ok(self.store.usage(&namespace, &name).expect("stored above"))
+    }
+
+    /// Creates or replaces a ResourceQuota's GPU budgets (class → hard units). No policy of the twin's admission
+    /// selects quota writes. Returns the revision it took (the compact quota carries none).
+    pub fn put_quota(&mut self, namespace: &str, name: &str, budgets: BTreeMap<String, u64>) -> Name {
+        self.store.upsert_quota(namespace, name, budgets.clone());
+        let revision = self.next_revision();
+        let quota = Quota { namespace: namespace.into(), name: name.into(), budgets };
+        self.watch.push_at(Change::Upsert(Object::Quota(quota)), change_revision(&revision));
+        revision
+    }
+
+    /// Deletes a ResourceQuota.
+    pub fn delete_quota(&mut self, namespace: &str, name: &str) -> Result<(), ApiError> {
+        if !self.store.tenant(namespace).is_some_and(|tenant| tenant.quotas().any(|(quota, _)| quota == name)) {
+            return Err(ApiError::NotFound { kind: Kind::Quota, name: name.to_owned() });
+        }
+        self.store.remove_quota(namespace, name);
+        let revision = self.next_revision();
+        self.watch.push(Change::Delete { kind: Kind::Quota, namespace: namespace.into(), name: name.into(), revision });
+        Ok(())
+    }
+
+    /// Creates, replaces (`Some(data)`) or deletes (`None`) the settings ConfigMap: both what the controller reads
+    /// (`View.settings`) and the parameters the chart's policies judge with. Returns the revision it took.
+    pub fn put_settings(&mut self, data: Option<BTreeMap<String, String>>) -> Name {
+        let settings = Settings {
+            controller_user: data
+                .as_ref()
+                .and_then(|data| data.get(gpuclaim_engine::keys::SETTINGS_CONTROLLER_USER))
+                .filter(|user| !user.is_empty())
+                .cloned(),
+        };
+        let present = data.is_some();
+        self.admission.set_settings(data);
+        self.store.settings = settings.clone();
+        let revision = self.next_revision();
+        let change = if present {
+            Change::Upsert(Object::Settings(settings))
+        } else {
+            let (namespace, name) = (Name::default(), Name::default());
+            Change::Delete { kind: Kind::Settings, namespace, name, revision: revision.clone() }
+        };
+        self.watch.push_at(change, change_revision(&revision));
+        revision
     }
 
     /// Writes one of the GPU controller's actions as `requester`, with the engine's write semantics (preconditions,
@@ -802,6 +969,10 @@ impl ApiServer {
 
     fn stamp_usage(&mut self, namespace: &str, name: &str) -> Change {
         let revision = self.next_revision();
+        self.stamp_usage_at(namespace, name, revision)
+    }
+
+    fn stamp_usage_at(&mut self, namespace: &str, name: &str, revision: Name) -> Change {
         self.store.edit_usage(namespace, name, |usage| usage.resource_version = revision);
         let usage: Usage = self.store.usage(namespace, name).expect("written above").clone();
         Change::Upsert(Object::Usage(usage))

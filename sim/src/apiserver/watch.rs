@@ -74,6 +74,19 @@ impl Watch {
 
     pub(super) fn push(&mut self, change: Change) {
         self.note(&change);
+        self.queue(change);
+    }
+
+    /// [`Watch::push`] for a change whose object carries no revision (a quota, the settings): journaled at
+    /// `revision`, the one its write took.
+    pub(super) fn push_at(&mut self, change: Change, revision: u64) {
+        if let Some(journal) = &mut self.journal {
+            journal.push((change.key(), revision));
+        }
+        self.queue(change);
+    }
+
+    fn queue(&mut self, change: Change) {
         let lag = match &mut self.jitter {
             Some((max, rng)) => Millis(rand::RngExt::random_range(rng, self.lag.0..=max.0)),
             None => self.lag,
