@@ -370,3 +370,24 @@ fn class_quota_settings_usage_writes_and_touches_are_journaled_and_reach_the_con
     assert!(!stored.contains(&"gpus".to_owned()), "deleted");
     assert_eq!(cache.settings, api.store().settings);
 }
+
+#[test]
+fn a_namespace_created_is_journaled_and_reaches_the_controllers_cache_and_its_label_is_the_administrators() {
+    let mut api = server();
+    let mut cache = api.store().clone();
+    api.watch().keep_journal();
+    let error = api.create_namespace("tenant-b", &users::tenant("tenant-b"), true).unwrap_err();
+    assert_eq!((error.reason(), error.code()), ("Forbidden", 403), "{error}");
+    assert_eq!(api.create_namespace("tenant-b", &users::platform_admin(), true).unwrap(), "101");
+    assert_eq!(api.create_namespace("tenant-c", &users::tenant("tenant-c"), false).unwrap(), "102");
+    let error = api.create_namespace("tenant-c", &users::platform_admin(), false).unwrap_err();
+    assert_eq!((error.reason(), error.code()), ("AlreadyExists", 409));
+    assert!(api.store().tenant("tenant-b").unwrap().vgpu_entitled);
+    assert!(!api.store().tenant("tenant-c").unwrap().vgpu_entitled);
+    let namespace = |name: &str| ObjectKey { kind: Kind::Namespace, namespace: "".into(), name: name.into() };
+    assert_eq!(api.watch().take_journal(Vec::new()), [(namespace("tenant-b"), 101), (namespace("tenant-c"), 102)]);
+    for change in api.watch().deliver(Millis(1)).collect::<Vec<_>>() {
+        observe(&mut cache, change);
+    }
+    assert!(cache.tenant("tenant-b").unwrap().vgpu_entitled, "the controller sees the entitlement");
+}

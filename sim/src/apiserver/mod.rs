@@ -951,6 +951,25 @@ impl ApiServer {
         Ok(())
     }
 
+    /// Creates a namespace as `user`, entitled to vGPU classes or not (its label), through the policies. Returns
+    /// the revision it took. (A namespace's deletion is not modelled yet: the twin's namespaces hold its objects.)
+    pub fn create_namespace(&mut self, namespace: &str, user: &User, vgpu_entitled: bool) -> Result<Name, ApiError> {
+        if self.store.tenant(namespace).is_some() {
+            return Err(ApiError::AlreadyExists { kind: Kind::Namespace, name: namespace.to_owned() });
+        }
+        let new = ServedNamespace::new(namespace, vgpu_entitled);
+        self.validate(Operation::Create, request::NAMESPACES, "", ("", namespace), user, Some(&new), None)?;
+        self.store.set_vgpu_entitled(namespace, vgpu_entitled);
+        let resource_version = self.next_revision();
+        let object = gpuclaim_engine::controller::runtime::Namespace {
+            name: namespace.into(),
+            vgpu_entitled,
+            resource_version: resource_version.clone(),
+        };
+        self.watch.push(Change::Upsert(Object::Namespace(object)));
+        Ok(resource_version)
+    }
+
     fn claim_at(&self, key: &ObjectRef, precondition: &str) -> Result<&Claim, ApiError> {
         let claim = self
             .store
