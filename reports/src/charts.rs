@@ -7,6 +7,7 @@ use std::error::Error;
 use std::sync::Once;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::stats::{SeriesSpread, Spread};
@@ -172,20 +173,34 @@ where
         .axis_desc_style((FONT, 14))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
+    draw_spreads(&mut chart, lines, scale, None)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    Ok(())
+}
+
+/// Each line's min–max band and its median (from `start`, when given), its values times `scale`.
+fn draw_spreads<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    lines: &[(String, SeriesSpread)],
+    scale: f64,
+    start: Option<(f64, f64)>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
     // The bands overlap: the more lines, the fainter each, so the medians stay readable.
     let band_alpha = (0.45 / lines.len().max(1) as f64).clamp(0.06, 0.15);
     for (index, (name, spread)) in lines.iter().enumerate() {
         let c = color(index);
-        let upper = spread.t_hours.iter().zip(&spread.max).map(|(t, v)| (*t, v * scale));
-        let lower = spread.t_hours.iter().zip(&spread.min).rev().map(|(t, v)| (*t, v * scale));
+        let upper = spread.t_hours.iter().zip(&spread.max).map(|(x, v)| (*x, v * scale));
+        let lower = spread.t_hours.iter().zip(&spread.min).rev().map(|(x, v)| (*x, v * scale));
         chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(band_alpha))))?;
-        let median = spread.t_hours.iter().zip(&spread.p50).map(|(t, v)| (*t, v * scale));
+        let median = start.into_iter().chain(spread.t_hours.iter().zip(&spread.p50).map(|(x, v)| (*x, v * scale)));
         chart
             .draw_series(LineSeries::new(median, c.stroke_width(2)))?
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
     }
-    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -220,19 +235,8 @@ where
         .draw_series(DashedLineSeries::new(demand, 6, 4, grey.stroke_width(1)))?
         .label("demand")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(1)));
-    let band_alpha = (0.45 / lines.len().max(1) as f64).clamp(0.06, 0.15);
-    for (index, (name, spread)) in lines.iter().enumerate() {
-        let c = color(index);
-        let upper = spread.t_hours.iter().zip(&spread.max).map(|(x, v)| (*x, v * 100.0));
-        let lower = spread.t_hours.iter().zip(&spread.min).rev().map(|(x, v)| (*x, v * 100.0));
-        chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(band_alpha))))?;
-        let median =
-            std::iter::once((0.0, 0.0)).chain(spread.t_hours.iter().zip(&spread.p50).map(|(x, v)| (*x, v * 100.0)));
-        chart
-            .draw_series(LineSeries::new(median, c.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-    }
+    // A fill starts from an empty cluster: each median starts at the origin.
+    draw_spreads(&mut chart, lines, 100.0, Some((0.0, 0.0)))?;
     draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
