@@ -2,6 +2,9 @@
 //! whose curve is known, and the openb policy study when `../shared/traces/` is present (skipped, saying so, when it
 //! is not: traces are never committed).
 
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+
 use std::path::{Path, PathBuf};
 
 use gpuclaim_reports::run::RunResult;
@@ -168,15 +171,9 @@ fn a_fill_refuses_what_it_cannot_measure() {
     );
 }
 
-/// `../shared/traces/` from the workspace, if present.
+/// `../shared/traces/` from the workspace, if it holds what these tests read.
 fn traces() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    if path.join("openb-2023/openb_pod_list_default.csv").is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipped: no public traces at {}", path.display());
-        None
-    }
+    traces::traces("openb-2023/openb_pod_list_default.csv")
 }
 
 #[test]

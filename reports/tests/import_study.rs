@@ -3,6 +3,9 @@
 //! imported in memory from openb CSVs named relative to the study file, and the example study on the public trace
 //! when `../shared/traces/` is present (skipped, saying so, when it is not: traces are never committed).
 
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+
 use std::path::{Path, PathBuf};
 
 use gpuclaim_reports::run_study;
@@ -314,15 +317,9 @@ fn bad_imports_name_the_file_the_field_and_the_reason() {
     }
 }
 
-/// `../shared/traces/` from the workspace, if present.
+/// `../shared/traces/` from the workspace, if it holds what these tests read.
 fn traces() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    if path.join("openb-2023/openb_pod_list_gpuspec33.csv").is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipped: no public traces at {}", path.display());
-        None
-    }
+    traces::traces("openb-2023/openb_pod_list_gpuspec33.csv")
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! emitted YAML parses and the world it builds runs. Then the public traces in `../shared/traces/` when present
 //! (skipped, with a note, when absent): they are never copied into the repository.
 
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -432,15 +435,9 @@ fn node_lists_alone_give_a_cluster_shape() {
     assert_eq!(error, format!("{}:2: column 2 (gpu_capacity_num): \"one\" is not a whole number", bad.display()));
 }
 
-/// `../shared/traces/` from the workspace, if present.
+/// `../shared/traces/` from the workspace, if it holds what these tests read.
 fn traces() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    if path.join("openb-2023/openb_pod_list_default.csv").is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipped: no public traces at {}", path.display());
-        None
-    }
+    traces::traces("openb-2023/openb_pod_list_default.csv")
 }
 
 #[test]
