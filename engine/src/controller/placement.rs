@@ -8,7 +8,7 @@ use super::names::template_claim_name;
 use super::reasons::Wait;
 use super::waiting::Judged;
 use super::{CANDIDATES_PER_PLACEMENT_MAX, NewClaim, Pass, attached_status, key_of};
-use crate::model::{Claim, ClaimPhase, Class, Name, Pod, Time, View, VmiRef, check_entitlement};
+use crate::model::{Claim, ClaimPhase, Class, Name, Pod, Shortage, Time, View, VmiRef, check_entitlement, shortage};
 use crate::scheduling::{matches_node_selector, matches_required_terms, pin_terms, untolerated_taint};
 
 /// One claim of a pod's set.
@@ -498,11 +498,12 @@ impl<'v> Pass<'v> {
         let mut fragmented = None;
         for (class, units) in need {
             let (free, largest) = self.free_after(class);
-            if free < units {
-                return Wait::NoCapacity { detail };
-            }
-            if largest < units && fragmented.is_none() {
-                fragmented = Some(Wait::Fragmented { class: class.name.clone(), units, free, largest });
+            match shortage(units, free, largest) {
+                Some(Shortage::NoCapacity) => return Wait::NoCapacity { detail },
+                Some(Shortage::Fragmented) if fragmented.is_none() => {
+                    fragmented = Some(Wait::Fragmented { class: class.name.clone(), units, free, largest });
+                }
+                _ => {}
             }
         }
         fragmented.unwrap_or(Wait::NoCapacity { detail })

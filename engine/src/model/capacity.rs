@@ -8,6 +8,27 @@ use crate::name::Name;
 use crate::scheduling::{matches_node_selector, untolerated_taint};
 
 /// What is taken on one node.
+/// Why `units` of a class cannot be placed on one node: too few free units in the class (`NoCapacity`), or enough in
+/// total but not on any one node (`Fragmented`). One rule for the order webhook (from the class's published figures)
+/// and the controller (from what its pass leaves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortage {
+    NoCapacity,
+    Fragmented,
+}
+
+/// The [`Shortage`] that keeps `units` off every node, given the class's `free` units in total and the most free on
+/// one node (`largest`); `None` when they fit on one.
+pub fn shortage(units: u64, free: u64, largest: u64) -> Option<Shortage> {
+    if free < units {
+        Some(Shortage::NoCapacity)
+    } else if largest < units {
+        Some(Shortage::Fragmented)
+    } else {
+        None
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeLoad {
     /// class → units of the claims bound here.

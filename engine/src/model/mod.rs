@@ -15,7 +15,7 @@ mod tenant;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-pub use capacity::{Capacity, NodeLoad};
+pub use capacity::{Capacity, NodeLoad, Shortage, shortage};
 pub use history::Change;
 pub use objects::*;
 pub use sizes::{SEEN_ARRIVAL_WEIGHT, SEEN_DECAY_SHIFT, SizesSeen, typical_size};

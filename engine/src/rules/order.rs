@@ -5,7 +5,8 @@ use std::fmt;
 
 use crate::keys;
 use crate::model::{
-    self, BudgetExceeded, Claim, NotEntitled, Published, Tenant, View, check_budget, check_entitlement,
+    self, BudgetExceeded, Claim, NotEntitled, Published, Shortage, Tenant, View, check_budget, check_entitlement,
+    shortage,
 };
 
 use super::Refusal;
@@ -163,12 +164,16 @@ fn validate_new_order(view: &View, claim: &Claim, requester: &str) -> Result<(),
         return Err(OrderRefusal::CountOverMax { class: class.name.clone(), count: claim.count, max: class.max_count });
     }
     let Published { free_units, largest_free_on_node, .. } = class.published;
-    if u64::from(claim.count) > free_units {
-        return Err(OrderRefusal::NoCapacity { class: class.name.clone(), count: claim.count, largest_free_on_node });
-    }
-    if u64::from(claim.count) > largest_free_on_node {
-        let class = class.name.clone();
-        return Err(OrderRefusal::Fragmented { class, count: claim.count, free_units, largest_free_on_node });
+    match shortage(u64::from(claim.count), free_units, largest_free_on_node) {
+        Some(Shortage::NoCapacity) => {
+            let class = class.name.clone();
+            return Err(OrderRefusal::NoCapacity { class, count: claim.count, largest_free_on_node });
+        }
+        Some(Shortage::Fragmented) => {
+            let class = class.name.clone();
+            return Err(OrderRefusal::Fragmented { class, count: claim.count, free_units, largest_free_on_node });
+        }
+        None => {}
     }
     let tenant = view.tenant(&claim.namespace);
     let ordered = |tenant: &Tenant| tenant.units_used(&class.name);
