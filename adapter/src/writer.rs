@@ -26,11 +26,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsage, GPUUsageSpec};
+use gpuclaim_engine::api::{ClaimPhase, GPUClaim, GPUClaimSpec, GPUClass, GPUUsage};
 use gpuclaim_engine::controller::runtime::{Change, Kind, ObjectKey};
 use gpuclaim_engine::controller::{Action, ClaimStatus, EventKind, ObjectRef};
+use gpuclaim_engine::convert;
 use gpuclaim_engine::keys;
-use gpuclaim_engine::model::{Published, Reason, Time, Usage, VmiRef};
+use gpuclaim_engine::model::{Published, Reason, Time, VmiRef};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time as KubeTime};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -169,7 +170,7 @@ impl Writer {
                     }
                     uid => uid.to_owned(),
                 };
-                let object = usage_object(usage, &claim_uid);
+                let object = convert::usage_object(usage, &claim_uid);
                 let api = Api::<GPUUsage>::namespaced(self.client.clone(), &usage.namespace);
                 let reference = ObjectRef::new(&usage.namespace, &usage.name);
                 let params = PostParams { field_manager: self.params.field_manager.clone(), ..PostParams::default() };
@@ -489,39 +490,13 @@ pub fn template_claim(claim: &ObjectRef, class: &str, count: u32, owner: &VmiRef
     object
 }
 
-/// A usage record as the controller creates it, owned by its claim.
-pub fn usage_object(usage: &Usage, claim_uid: &str) -> GPUUsage {
-    let spec = GPUUsageSpec {
-        claim: usage.claim.to_string(),
-        class_name: usage.class.to_string(),
-        resource_name: usage.resource_name.to_string(),
-        count: usage.count,
-        vmi: usage.vmi.clone(),
-        node: usage.node.to_string(),
-        start_time: KubeTime(usage.start),
-        end_time: usage.end.map(KubeTime),
-    };
-    let mut object = GPUUsage::new(&usage.name, spec);
-    object.metadata.namespace = Some(usage.namespace.to_string());
-    object.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: keys::API_VERSION.to_owned(),
-        kind: keys::KIND_CLAIM.to_owned(),
-        name: usage.claim.to_string(),
-        uid: claim_uid.to_owned(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }]);
-    object
-}
-
 /// The claim status merge patch: every field explicit (null clears), the Bound condition saying why it waits.
 pub fn claim_status_patch(version: &str, status: &ClaimStatus, now: Time) -> Value {
     let conditions = match (&status.pending, status.phase) {
         (Some(reason), _) => vec![condition(keys::CONDITION_BOUND, "False", reason, now)],
         (None, ClaimPhase::Bound | ClaimPhase::Attached) => {
             let node = status.node.as_deref().unwrap_or_default();
-            let bound = Reason { reason: "Bound".to_owned(), message: format!("bound to node {node}") };
-            vec![condition(keys::CONDITION_BOUND, "True", &bound, now)]
+            vec![condition(keys::CONDITION_BOUND, "True", &Reason::bound(node), now)]
         }
         (None, ClaimPhase::Pending) => Vec::new(),
     };

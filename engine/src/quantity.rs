@@ -52,6 +52,29 @@ pub fn whole_units(q: &str) -> Result<u64, QuantityError> {
     integer(q, 0, Rounding::Exact)
 }
 
+/// Thousandths of a core as Kubernetes writes a CPU quantity in canonical form: whole cores (`"2"`) when exact, else
+/// millicores (`"1500m"`). [`cpu_millis`] reads it back unchanged.
+pub fn cpu_text(millis: u64) -> String {
+    match millis % 1000 {
+        0 => (millis / 1000).to_string(),
+        _ => format!("{millis}m"),
+    }
+}
+
+/// Bytes as Kubernetes writes a memory quantity in canonical form (binary SI): the largest suffix that divides it
+/// exactly (`"16Gi"`, `"1536Mi"`), else the plain number. [`bytes`] reads it back unchanged.
+pub fn bytes_text(bytes: u64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let (mut value, mut suffix) = (bytes, "");
+    for next in SUFFIXES {
+        if value == 0 || value % 1024 != 0 {
+            break;
+        }
+        (value, suffix) = (value / 1024, next);
+    }
+    format!("{value}{suffix}")
+}
+
 /// What to do with a fraction left after scaling.
 #[derive(Clone, Copy)]
 enum Rounding {
@@ -203,6 +226,23 @@ fn to_u64(digits: &[u8], zeros: i128) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn canonical_text_reads_back_as_the_same_quantity() {
+        assert_eq!(cpu_text(2000), "2");
+        assert_eq!(cpu_text(1500), "1500m");
+        assert_eq!(cpu_text(0), "0");
+        assert_eq!(bytes_text(16 << 30), "16Gi");
+        assert_eq!(bytes_text(1536 << 20), "1536Mi");
+        assert_eq!(bytes_text(1500), "1500");
+        assert_eq!(bytes_text(0), "0");
+        for millis in [0, 1, 999, 1000, 1001, 64_000, u64::MAX / 1000 * 1000] {
+            assert_eq!(cpu_millis(&cpu_text(millis)), Ok(millis), "{millis}");
+        }
+        for value in [0, 1, 1023, 1024, 1025, 3 << 40, 7 << 60, u64::MAX] {
+            assert_eq!(bytes(&bytes_text(value)), Ok(value), "{value}");
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -1,9 +1,10 @@
-//! Our own kinds (GPUClass, GPUClaim, GPUUsage) into the compact model.
+//! Our own kinds (GPUClass, GPUClaim, GPUUsage) into the compact model, and a usage record back into its object.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time as KubeTime};
 use kube_core::ResourceExt;
 
 use super::{controller_owner, false_condition, time_of};
-use crate::api::{GPUClaim, GPUClass, GPUUsage};
+use crate::api::{GPUClaim, GPUClass, GPUUsage, GPUUsageSpec};
 use crate::keys;
 use crate::model::{Claim, Class, Name, Published, Usage};
 
@@ -76,4 +77,30 @@ pub fn usage_from_kube(usage: &GPUUsage, namespace: &str) -> Usage {
         start: spec.start_time.0,
         end: spec.end_time.as_ref().map(|t| t.0),
     }
+}
+
+/// A usage record as the controller creates it, owned by its claim (`claim_uid`): [`usage_from_kube`] reads it back
+/// as `usage` (with that uid).
+pub fn usage_object(usage: &Usage, claim_uid: &str) -> GPUUsage {
+    let spec = GPUUsageSpec {
+        claim: usage.claim.to_string(),
+        class_name: usage.class.to_string(),
+        resource_name: usage.resource_name.to_string(),
+        count: usage.count,
+        vmi: usage.vmi.clone(),
+        node: usage.node.to_string(),
+        start_time: KubeTime(usage.start),
+        end_time: usage.end.map(KubeTime),
+    };
+    let mut object = GPUUsage::new(&usage.name, spec);
+    object.metadata.namespace = Some(usage.namespace.to_string());
+    object.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: keys::API_VERSION.to_owned(),
+        kind: keys::KIND_CLAIM.to_owned(),
+        name: usage.claim.to_string(),
+        uid: claim_uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    object
 }

@@ -1,5 +1,6 @@
 //! The edge between Kubernetes objects and the engine: objects into the compact [`crate::model`], decisions
-//! into RFC 6902 JSON patches. Pure functions; the twin never calls them on its hot paths.
+//! into RFC 6902 JSON patches and the usage records the controller creates. Pure functions; the twin never calls
+//! them on its hot paths.
 
 mod core;
 mod crd;
@@ -12,7 +13,7 @@ use serde_json::Value;
 use crate::message::readable;
 
 pub use self::core::{node_from_kube, pod_from_json, pod_from_kube, quota_budgets, settings_from_kube, vgpu_entitled};
-pub use crd::{claim_from_kube, class_from_kube, usage_from_kube};
+pub use crd::{claim_from_kube, class_from_kube, usage_from_kube, usage_object};
 pub use patch::{pod_json_patch, vmi_json_patch};
 pub use vmi::vmi_from_json;
 

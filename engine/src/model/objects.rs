@@ -50,6 +50,13 @@ pub struct Reason {
     pub message: String,
 }
 
+impl Reason {
+    /// The claim's `Bound` condition once it is bound (True), as the controller writes it.
+    pub fn bound(node: &str) -> Reason {
+        Reason { reason: "Bound".to_owned(), message: format!("bound to node {node}") }
+    }
+}
+
 /// A GPUClaim as the rules see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claim {

@@ -20,6 +20,7 @@
 
 pub mod admission;
 pub mod gates;
+pub mod objects;
 pub mod watch;
 
 use gpuclaim_engine::controller::{self, Action, ObjectRef};
@@ -29,10 +30,11 @@ use gpuclaim_engine::model::{Claim, Class, Name, Node, Pod, Settings, Time, Usag
 
 use admission::crd::RuleBroken;
 use admission::request::{self, Operation, Request, Served, User};
-use admission::served::{ServedClaim, ServedNamespace};
 use admission::{Admission, AdmissionError};
 use gates::{Invalid, validate_pod_create, validate_pod_update};
 use gpuclaim_engine::rules::Order;
+use objects::Manifests;
+use objects::judged::{Judged, JudgedNamespace};
 use watch::Watch;
 
 /// The kinds the twin stores are the kinds the GPU controller caches, with the names the API server's messages use.
@@ -109,6 +111,8 @@ pub struct ApiServer {
     watch: Watch,
     /// Who the garbage collector acts as.
     garbage_collector: User,
+    /// The manifests clients wrote (served mode only, issue 39: [`objects`]); `None` in the in-process twin.
+    manifests: Option<Box<Manifests>>,
 }
 
 impl Default for ApiServer {
@@ -135,6 +139,7 @@ impl ApiServer {
             admission,
             watch: Watch::default(),
             garbage_collector: crate::users::garbage_collector(),
+            manifests: None,
         }
     }
 
@@ -175,7 +180,15 @@ impl ApiServer {
         }
         self.admission.admit_vmi(&self.store, user, &mut vmi)?;
         let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
-        self.validate(Operation::Create, request::VMIS, "", (&namespace, &name), user, Some(&vmi), None)?;
+        self.validate(
+            Operation::Create,
+            request::VMIS,
+            "",
+            (&namespace, &name),
+            user,
+            Some(&Judged::compact(&vmi)),
+            None,
+        )?;
         vmi.resource_version = self.next_revision();
         let (namespace, name) = (vmi.namespace.clone(), vmi.name.clone());
         self.watch.push(Change::Upsert(Object::Vmi(vmi.clone())));
@@ -199,7 +212,15 @@ impl ApiServer {
             let mut new = old.clone();
             edit(&mut new);
             let old = old.clone();
-            self.validate(Operation::Update, request::VMIS, "", (namespace, name), user, Some(&new), Some(&old))?;
+            self.validate(
+                Operation::Update,
+                request::VMIS,
+                "",
+                (namespace, name),
+                user,
+                Some(&Judged::compact(&new)),
+                Some(&Judged::compact(&old)),
+            )?;
             new.resource_version = self.next_revision();
             self.watch.push(Change::Upsert(Object::Vmi(new.clone())));
             self.store.upsert_vmi(new);
@@ -259,7 +280,15 @@ impl ApiServer {
             invalid,
         })?;
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
-        self.validate(Operation::Create, request::PODS, "", (&namespace, &name), user, Some(&pod), None)?;
+        self.validate(
+            Operation::Create,
+            request::PODS,
+            "",
+            (&namespace, &name),
+            user,
+            Some(&Judged::compact(&pod)),
+            None,
+        )?;
         pod.resource_version = self.next_revision();
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         if watched_pod(&pod) {
@@ -383,7 +412,7 @@ impl ApiServer {
                 name: &usage,
                 user: &self.garbage_collector,
                 object: None,
-                old_object: Some(&old),
+                old_object: Some(&Judged::compact(&old)),
             };
             if self.admission.validate(&request).is_err() {
                 continue;
@@ -513,7 +542,15 @@ impl ApiServer {
             return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.to_string() });
         }
         let (namespace, name) = (usage.namespace.clone(), usage.name.clone());
-        self.validate(Operation::Create, request::USAGES, "", (&namespace, &name), user, Some(&usage), None)?;
+        self.validate(
+            Operation::Create,
+            request::USAGES,
+            "",
+            (&namespace, &name),
+            user,
+            Some(&Judged::compact(&usage)),
+            None,
+        )?;
         usage.resource_version = self.next_revision();
         self.watch.push(Change::Upsert(Object::Usage(usage.clone())));
         self.store.upsert_usage(usage);
@@ -649,7 +686,15 @@ impl ApiServer {
                     return Err(ApiError::AlreadyExists { kind: Kind::Usage, name: usage.name.to_string() });
                 }
                 let key = (usage.namespace.as_str(), usage.name.as_str());
-                self.validate(Operation::Create, request::USAGES, "", key, requester, Some(usage), None)?;
+                self.validate(
+                    Operation::Create,
+                    request::USAGES,
+                    "",
+                    key,
+                    requester,
+                    Some(&Judged::compact(usage)),
+                    None,
+                )?;
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Usage, &ObjectRef::new(&usage.namespace, &usage.name)))?;
                 Ok(vec![self.stamp_usage(&usage.namespace, &usage.name)])
@@ -671,7 +716,15 @@ impl ApiServer {
                         new.end = Some(*end);
                     }
                     let key = (usage.namespace.as_str(), usage.name.as_str());
-                    self.validate(Operation::Update, request::USAGES, "", key, requester, Some(&new), Some(&old))?;
+                    self.validate(
+                        Operation::Update,
+                        request::USAGES,
+                        "",
+                        key,
+                        requester,
+                        Some(&Judged::compact(&new)),
+                        Some(&Judged::compact(&old)),
+                    )?;
                 }
                 controller::apply(&mut self.store, std::slice::from_ref(action), now)
                     .map_err(|_| conflict(Kind::Usage, usage))?;
@@ -714,9 +767,15 @@ impl ApiServer {
                     let new = new.clone();
                     let names = (key.namespace.as_str(), key.name.as_str());
                     let request = (Operation::Update, request::PODS, subresource, names);
-                    if let Err(refused) =
-                        self.validate(request.0, request.1, request.2, request.3, requester, Some(&new), Some(&old))
-                    {
+                    if let Err(refused) = self.validate(
+                        request.0,
+                        request.1,
+                        request.2,
+                        request.3,
+                        requester,
+                        Some(&Judged::compact(&new)),
+                        Some(&Judged::compact(&old)),
+                    ) {
                         self.store.upsert_pod(old);
                         return Err(refused);
                     }
@@ -769,7 +828,7 @@ impl ApiServer {
         new: &Claim,
         old: Option<&Claim>,
     ) -> Result<(), ApiError> {
-        let (served_new, served_old) = (ServedClaim::new(new), old.map(ServedClaim::new));
+        let (served_new, served_old) = (Judged::compact(new), old.map(Judged::compact));
         let request = Request {
             operation,
             resource: request::CLAIMS,
@@ -895,7 +954,15 @@ impl ApiServer {
             name: name.to_owned(),
             invalid,
         })?;
-        self.validate(Operation::Update, request::PODS, "", (namespace, name), user, Some(&new), Some(&old))?;
+        self.validate(
+            Operation::Update,
+            request::PODS,
+            "",
+            (namespace, name),
+            user,
+            Some(&Judged::compact(&new)),
+            Some(&Judged::compact(&old)),
+        )?;
         new.resource_version = self.next_revision();
         if watched_pod(&new) {
             self.watch.push(Change::Upsert(Object::Pod(new.clone())));
@@ -919,7 +986,15 @@ impl ApiServer {
         let old = old.clone();
         let mut new = old.clone();
         edit(&mut new);
-        self.validate(Operation::Update, request::USAGES, "", (namespace, name), user, Some(&new), Some(&old))?;
+        self.validate(
+            Operation::Update,
+            request::USAGES,
+            "",
+            (namespace, name),
+            user,
+            Some(&Judged::compact(&new)),
+            Some(&Judged::compact(&old)),
+        )?;
         new.resource_version = self.next_revision();
         self.watch.push(Change::Upsert(Object::Usage(new.clone())));
         self.store.upsert_usage(new);
@@ -931,7 +1006,15 @@ impl ApiServer {
         let old =
             self.store.usage(namespace, name).ok_or(ApiError::NotFound { kind: Kind::Usage, name: name.to_owned() })?;
         let old = old.clone();
-        self.validate(Operation::Delete, request::USAGES, "", (namespace, name), user, None, Some(&old))?;
+        self.validate(
+            Operation::Delete,
+            request::USAGES,
+            "",
+            (namespace, name),
+            user,
+            None,
+            Some(&Judged::compact(&old)),
+        )?;
         self.store.remove_usage(namespace, name);
         let revision = self.next_revision();
         self.watch.push(Change::Delete { kind: Kind::Usage, namespace: namespace.into(), name: name.into(), revision });
@@ -941,7 +1024,8 @@ impl ApiServer {
     /// Sets or removes a namespace's vGPU entitlement label as `user`.
     pub fn label_namespace(&mut self, namespace: &str, user: &User, vgpu_entitled: bool) -> Result<(), ApiError> {
         let was = self.store.tenant(namespace).is_some_and(|t| t.vgpu_entitled);
-        let (old, new) = (ServedNamespace::new(namespace, was), ServedNamespace::new(namespace, vgpu_entitled));
+        let judged = |vgpu_entitled| JudgedNamespace { name: namespace, vgpu_entitled, manifest: None };
+        let (old, new) = (judged(was), judged(vgpu_entitled));
         self.validate(Operation::Update, request::NAMESPACES, "", ("", namespace), user, Some(&new), Some(&old))?;
         self.store.set_vgpu_entitled(namespace, vgpu_entitled);
         let resource_version = self.next_revision();
@@ -957,7 +1041,7 @@ impl ApiServer {
         if self.store.tenant(namespace).is_some() {
             return Err(ApiError::AlreadyExists { kind: Kind::Namespace, name: namespace.to_owned() });
         }
-        let new = ServedNamespace::new(namespace, vgpu_entitled);
+        let new = JudgedNamespace { name: namespace, vgpu_entitled, manifest: None };
         self.validate(Operation::Create, request::NAMESPACES, "", ("", namespace), user, Some(&new), None)?;
         self.store.set_vgpu_entitled(namespace, vgpu_entitled);
         let resource_version = self.next_revision();

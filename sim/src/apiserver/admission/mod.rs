@@ -15,7 +15,6 @@ pub mod crd;
 pub mod policy;
 pub mod registration;
 pub mod request;
-pub mod served;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +30,8 @@ use chart::AdmissionConfig;
 use crd::{CrdRules, RuleBroken};
 use policy::{Denial, Prefilter, Remembered};
 use request::{Operation, Request, Served};
+
+use super::objects::judged::Judged;
 
 /// The Service in front of the webhook replicas (the chart's names).
 pub const WEBHOOK_SERVICE: &str = "gpuclaim-webhook";
@@ -286,7 +287,7 @@ impl Admission {
             namespace: &vmi.namespace,
             name: &vmi.name,
             user,
-            object: Some(&*vmi as &dyn Served),
+            object: Some(&Judged::compact(&*vmi) as &dyn Served),
             old_object: None,
         };
         let Some(registration) = self.called(Webhook::Vmi, &request)? else { return Ok(()) };
@@ -305,7 +306,7 @@ impl Admission {
             namespace: &pod.namespace,
             name: &pod.name,
             user,
-            object: Some(&*pod as &dyn Served),
+            object: Some(&Judged::compact(&*pod) as &dyn Served),
             old_object: None,
         };
         let Some(registration) = self.called(Webhook::Pod, &head)? else { return Ok(()) };
