@@ -470,8 +470,7 @@ fn value_set(tokens: &mut Tokens<'_>) -> Result<Vec<String>, RequirementError> {
 }
 
 /// The values inside the parentheses, up to (not including) `)`. An empty place between commas, or before a comma
-/// that opens the list or after one that closes it, is the empty value; apimachinery refuses a list of commas only
-/// (`(,,)`).
+/// that opens the list or after one that closes it, is the empty value.
 fn value_list<'a>(tokens: &mut Tokens<'a>) -> Result<BTreeSet<&'a str>, RequirementError> {
     let mut values = BTreeSet::new();
     // Every turn consumes at least one token, so the loop ends with the text.
@@ -495,7 +494,6 @@ fn value_list<'a>(tokens: &mut Tokens<'a>) -> Result<BTreeSet<&'a str>, Requirem
                         return Ok(values);
                     }
                     Token::Comma => {
-                        tokens.next();
                         values.insert("");
                     }
                     _ => {}
