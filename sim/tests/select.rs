@@ -22,6 +22,9 @@ const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower ca
 const OPERATORS: &str = "in, notin, =, ==, !=, gt, lt";
 const NOT_INTEGER: &str = "for 'Gt', 'Lt' operators, the value must be an integer";
 
+/// A selector, the labels or fields of an object, and whether the selector selects it.
+type MatchCase = (&'static str, &'static [(&'static str, &'static str)], bool);
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
 }
@@ -186,7 +189,7 @@ fn invalid_label_keys_and_values_are_refused_as_apimachinery_validates_them() {
 
 #[test]
 fn label_selectors_match_as_apimachinerys_do() {
-    let cases: &[(&str, &[(&str, &str)], bool)] = &[
+    let cases: &[MatchCase] = &[
         ("", &[("x", "y")], true),
         ("", &[], true),
         ("x=y", &[("x", "y")], true),
@@ -302,7 +305,7 @@ fn field_selector_errors_carry_apimachinerys_messages() {
 
 #[test]
 fn field_selectors_match_and_a_missing_field_reads_as_empty() {
-    let cases: &[(&str, &[(&str, &str)], bool)] = &[
+    let cases: &[MatchCase] = &[
         ("", &[("x", "y")], true),
         ("x=y", &[("x", "y")], true),
         ("x=y,z=w", &[("x", "y"), ("z", "w")], true),

@@ -805,3 +805,81 @@ fn escape(value: &str) -> Cow<'_, str> {
     }
     Cow::Owned(escaped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// apimachinery's TestLexer: the first token of each text, the longest operator a run of symbols gives.
+    #[test]
+    fn the_lexer_reads_apimachinerys_tokens() {
+        let cases = [
+            ("", Token::End),
+            (",", Token::Comma),
+            ("notin", Token::Identifier("notin")),
+            ("in", Token::Identifier("in")),
+            ("=", Token::Equals),
+            ("==", Token::DoubleEquals),
+            (">", Token::GreaterThan),
+            ("<", Token::LessThan),
+            ("!", Token::Not),
+            ("!=", Token::NotEquals),
+            ("(", Token::Open),
+            (")", Token::Close),
+            ("~", Token::Identifier("~")),
+            ("||", Token::Identifier("||")),
+        ];
+        for (text, token) in cases {
+            assert_eq!(lex(text)[0], token, "{text:?}");
+        }
+    }
+
+    /// apimachinery's TestLexerSequence, and the end a NUL byte makes.
+    #[test]
+    fn the_lexer_splits_a_selector_into_apimachinerys_sequence() {
+        use Token::*;
+        let cases: [(&str, &[Token<'_>]); 8] = [
+            ("key in ( value )", &[Identifier("key"), Identifier("in"), Open, Identifier("value"), Close, End]),
+            ("key notin ( value )", &[Identifier("key"), Identifier("notin"), Open, Identifier("value"), Close, End]),
+            (
+                "key in ( value1, value2 )",
+                &[
+                    Identifier("key"),
+                    Identifier("in"),
+                    Open,
+                    Identifier("value1"),
+                    Comma,
+                    Identifier("value2"),
+                    Close,
+                    End,
+                ],
+            ),
+            ("key", &[Identifier("key"), End]),
+            ("!key", &[Not, Identifier("key"), End]),
+            ("()", &[Open, Close, End]),
+            (
+                "x>0,y<=1",
+                &[
+                    Identifier("x"),
+                    GreaterThan,
+                    Identifier("0"),
+                    Comma,
+                    Identifier("y"),
+                    LessThan,
+                    Equals,
+                    Identifier("1"),
+                    End,
+                ],
+            ),
+            ("a\0b \0c", &[Identifier("a"), Identifier("b"), End]),
+        ];
+        for (text, tokens) in cases {
+            assert_eq!(lex(text), tokens, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn go_quoting_escapes_what_go_escapes() {
+        assert_eq!(go_quoted("a\"b\\c\u{1}\u{7f}\té\u{85}"), "\"a\\\"b\\\\c\\x01\\x7f\\té\\u0085\"");
+    }
+}
