@@ -4,7 +4,8 @@
 //! error's text, which is apimachinery's); an unsupported field is refused by [`FieldSelector::check_supported`].
 //!
 //! No maintained crate parses selector strings (kube-core's `Selector` is built from a `LabelSelector` object and
-//! only written out; `simple-selectors` 0.1 is unmaintained since 2018 and not exact), so this module does.
+//! only written out; `simple-selectors` 0.1 is unmaintained since 2018 and not exact), so this module does. Grammar
+//! and messages follow apimachinery's source as of July 2026 (lengths are "no more than 63 bytes"; `(a,,)` parses).
 //!
 //! Label selectors: requirements separated by `,`, each `key`, `!key`, `key=v`, `key==v`, `key!=v`, `key in (a,b)`,
 //! `key notin (a,b)`, `key>N` or `key<N`; keys are qualified names and values label values. Whitespace (space, tab,
@@ -118,10 +119,6 @@ fn go_quoted(value: &str) -> String {
     quoted.push('"');
     quoted
 }
-
-// ---------------------------------------------------------------------------------------------------------------
-// Label selectors
-// ---------------------------------------------------------------------------------------------------------------
 
 /// A parsed label selector: every requirement must match. The empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -245,12 +242,12 @@ impl Requirement {
             LabelOperator::Exists => value.is_some(),
             LabelOperator::DoesNotExist => value.is_none(),
             LabelOperator::GreaterThan | LabelOperator::LessThan => {
-                let bound = self.values.first().and_then(|bound| bound.parse::<i64>().ok());
-                match (value.and_then(|value| value.parse::<i64>().ok()), bound) {
-                    (Some(value), Some(bound)) if self.operator == LabelOperator::GreaterThan => value > bound,
-                    (Some(value), Some(bound)) => value < bound,
-                    _ => false,
-                }
+                let integer = |text: &String| text.parse::<i64>().ok();
+                let (Some(value), Some(bound)) = (value.and_then(integer), self.values.first().and_then(integer))
+                else {
+                    return false;
+                };
+                if self.operator == LabelOperator::GreaterThan { value > bound } else { value < bound }
             }
         }
     }
@@ -626,10 +623,6 @@ fn dns1123_subdomain(prefix: &str) -> Vec<String> {
     }
     reasons
 }
-
-// ---------------------------------------------------------------------------------------------------------------
-// Field selectors
-// ---------------------------------------------------------------------------------------------------------------
 
 /// A parsed field selector: every term must match. The empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
