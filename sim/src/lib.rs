@@ -7,9 +7,9 @@
 //! the API server with its rules, admission chain and watch ([`apiserver`]), kube-scheduler (its filters, queue,
 //! state and handlers: [`scheduler`]), KubeVirt (its VM, VMI and migration controllers, virt-handler, launcher,
 //! start backoff, evacuation and their state: [`kubevirt`]), the GPU controller's cache and work queue
-//! ([`gpu_controller`]), the world's own actors (kubelets, nodes, the controller's Deployment, tenants, workloads,
-//! faults: in [`world`]) and run [`metrics`]. docs/twin.md says what each models and why. Scenario files, checked
-//! runs and trace importers are the `gpuclaim-scenarios` crate's.
+//! ([`gpu_controller`]), the Kubernetes API as the twin serves it ([`served`]), the world's own actors (kubelets,
+//! nodes, the controller's Deployment, tenants, workloads, faults: in [`world`]) and run [`metrics`]. docs/twin.md says
+//! what each models and why. Scenario files, checked runs and trace importers are the `gpuclaim-scenarios` crate's.
 //!
 //! ```
 //! use gpuclaim_engine::fixtures;
@@ -33,5 +33,6 @@ pub mod log;
 pub mod metrics;
 pub mod rng;
 pub mod scheduler;
+pub mod served;
 pub mod users;
 pub mod world;

@@ -1,0 +1,7 @@
+//! The Kubernetes API as the twin serves it, without I/O: what a request to the served twin means and what it
+//! answers, decided from the world's state (issue 39; more parts land here). The HTTPS server that carries it is
+//! another crate's.
+//!
+//! The parts: label and field selectors as the API server parses and matches them ([`select`]).
+
+pub mod select;
