@@ -2,6 +2,196 @@
 //! answers, decided from the world's state (issue 39; more parts land here). The HTTPS server that carries it is
 //! another crate's.
 //!
-//! The parts: label and field selectors as the API server parses and matches them ([`select`]).
+//! Served mode is switched on per world ([`World::serve`]); the in-process twin never pays for it. Then, after
+//! every event and every write, [`World::served_sync`] renders each object the API server's journal says was
+//! written into the [`store::Snapshot`] clients read, recording the change for watches. Readers share the snapshot
+//! behind a lock, so a list or a watch never stalls the world for longer than a copy of the objects it reads.
+//!
+//! The parts: label and field selectors as the API server parses and matches them ([`select`]); the served objects
+//! and their history ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
 
+pub mod list;
 pub mod select;
+pub mod store;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use gpuclaim_engine::controller::runtime::ObjectKey;
+use gpuclaim_engine::keys;
+use gpuclaim_engine::model::Time;
+use serde_json::Value;
+
+use crate::apiserver::objects::{Manifest, timestamp, uid_of};
+use crate::apiserver::watch::Journaled;
+use crate::apiserver::{ApiServer, Kind};
+use crate::world::World;
+use store::{ResourceId, Snapshot};
+
+/// The resource each modelled kind is served as.
+pub fn resource_of(kind: Kind) -> ResourceId {
+    let (group, plural) = match kind {
+        Kind::Class => (keys::GROUP, "gpuclasses"),
+        Kind::Claim => (keys::GROUP, "gpuclaims"),
+        Kind::Usage => (keys::GROUP, "gpuusages"),
+        Kind::Pod => ("", "pods"),
+        Kind::Vmi => ("kubevirt.io", "virtualmachineinstances"),
+        Kind::Node => ("", "nodes"),
+        Kind::Namespace => ("", "namespaces"),
+        Kind::Quota => ("", "resourcequotas"),
+        Kind::Settings => ("", "configmaps"),
+    };
+    ResourceId { group, plural }
+}
+
+/// The settings ConfigMap's key as served (the store names it by kind alone: there is one).
+fn served_key(key: ObjectKey) -> ObjectKey {
+    match key.kind {
+        Kind::Settings => ObjectKey::new(Kind::Settings, keys::DEFAULT_CONTROLLER_NAMESPACE, keys::SETTINGS_CONFIGMAP),
+        _ => key,
+    }
+}
+
+/// The served layer's own state: the snapshot readers share.
+#[derive(Debug)]
+pub struct ServedApi {
+    snapshot: Arc<RwLock<Snapshot>>,
+}
+
+impl ServedApi {
+    /// The snapshot, as readers share it.
+    pub fn snapshot(&self) -> Arc<RwLock<Snapshot>> {
+        Arc::clone(&self.snapshot)
+    }
+}
+
+/// Every object the store holds now, by served key.
+pub fn stored_keys(api: &ApiServer) -> Vec<ObjectKey> {
+    let store = api.store();
+    let mut keys_now = Vec::new();
+    let namespaced = |kind, namespace: &str, name: &str| ObjectKey::new(kind, namespace, name);
+    keys_now.extend(store.classes().map(|class| namespaced(Kind::Class, "", &class.name)));
+    keys_now.extend(store.nodes().map(|node| namespaced(Kind::Node, "", &node.name)));
+    keys_now.extend(store.claims().map(|claim| namespaced(Kind::Claim, &claim.namespace, &claim.name)));
+    keys_now.extend(store.usages().map(|usage| namespaced(Kind::Usage, &usage.namespace, &usage.name)));
+    keys_now.extend(store.pods().map(|pod| namespaced(Kind::Pod, &pod.namespace, &pod.name)));
+    keys_now.extend(store.vmis().map(|vmi| namespaced(Kind::Vmi, &vmi.namespace, &vmi.name)));
+    for (namespace, tenant) in store.tenants() {
+        keys_now.push(namespaced(Kind::Namespace, "", namespace));
+        keys_now.extend(tenant.quotas().map(|(quota, _)| namespaced(Kind::Quota, namespace, quota)));
+    }
+    if api.admission.settings().is_some() {
+        keys_now.push(served_key(namespaced(Kind::Settings, "", "")));
+    }
+    keys_now
+}
+
+/// The revision a render carries, else `fallback`.
+fn revision_of(object: &Value, fallback: u64) -> u64 {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|version| version.parse().ok())
+        .unwrap_or(fallback)
+}
+
+/// Keeps in `manifest` what the compact types lack for `key` written at `revision` at `now`: the uid and creation
+/// time at first sight, the revision for kinds that hold none.
+fn note_write(manifest: &mut Manifest, key: &ObjectKey, revision: u64, now: Time) {
+    if manifest.created.is_none() {
+        manifest.created = Some(now);
+        // Named by the revision it was first seen at too: a namesake created later is another object.
+        manifest.uid = Some(uid_of(key.kind, &key.namespace, &format!("{}@{revision}", key.name)));
+    }
+    if matches!(key.kind, Kind::Namespace | Kind::Quota | Kind::Settings) {
+        manifest.resource_version = Some(revision.to_string().into());
+    }
+}
+
+/// Records when each condition of `object` took its status (now, for one that changed since the last render),
+/// and writes that time into the object.
+fn note_transitions(manifest: &mut Manifest, object: &mut Value, now: Time) {
+    let Some(conditions) = object.pointer_mut("/status/conditions").and_then(Value::as_array_mut) else { return };
+    for condition in conditions {
+        let (Some(type_), Some(status)) = (
+            condition.get("type").and_then(Value::as_str).map(str::to_owned),
+            condition.get("status").and_then(Value::as_str).map(str::to_owned),
+        ) else {
+            continue;
+        };
+        let recorded = manifest.transitions.get(&type_).is_some_and(|(was, _)| *was == status);
+        if !recorded {
+            manifest.transitions.insert(type_, (status, now));
+            condition["lastTransitionTime"] = timestamp(now).into();
+        }
+    }
+}
+
+impl World {
+    /// Switches served mode on: the API server keeps manifests and its journal, and every object it holds now is
+    /// rendered into the snapshot clients read, at the current revision. Watches keep `history_max` changes per
+    /// resource. Returns the snapshot (shared; the world writes it at every [`World::served_sync`]).
+    pub fn serve(&mut self, history_max: usize) -> Arc<RwLock<Snapshot>> {
+        if let Some(served) = &self.served {
+            return served.snapshot();
+        }
+        self.api.keep_manifests();
+        self.api.watch().keep_journal();
+        let now = self.time();
+        let head = self.api.revision();
+        let mut snapshot = Snapshot::new(head, history_max);
+        for key in stored_keys(&self.api) {
+            let manifests = self.api.manifests_mut().expect("kept above");
+            note_write(manifests.entry(key.clone()), &key, head, now);
+            let Some(mut object) = self.api.render(&key) else { continue };
+            let manifest = self.api.manifests_mut().expect("kept above").entry(key.clone());
+            note_transitions(manifest, &mut object, now);
+            let revision = revision_of(&object, head);
+            snapshot.load(resource_of(key.kind), &key.namespace, &key.name, revision, object);
+        }
+        let served = ServedApi { snapshot: Arc::new(RwLock::new(snapshot)) };
+        let shared = served.snapshot();
+        self.served = Some(Box::new(served));
+        shared
+    }
+
+    /// Renders every object written since the last sync into the snapshot (served mode; nothing otherwise) and
+    /// returns the journal it read, for the caller's invariant checks. Writes to one object within one sync are
+    /// one change to watchers (its state after the last of them), as the twin's writes within one event happen at
+    /// one instant.
+    pub fn served_sync(&mut self) -> Vec<Journaled> {
+        if self.served.is_none() {
+            return Vec::new();
+        }
+        let journal = self.api.watch().take_journal(Vec::new());
+        let mut last: BTreeMap<ObjectKey, u64> = BTreeMap::new();
+        for (key, revision) in &journal {
+            last.insert(served_key(key.clone()), *revision);
+        }
+        let mut written: Vec<(u64, ObjectKey)> = last.into_iter().map(|(key, revision)| (revision, key)).collect();
+        written.sort();
+        let now = self.time();
+        let served = self.served.as_ref().expect("checked above");
+        let mut snapshot = served.snapshot.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (revision, key) in written {
+            let resource = resource_of(key.kind);
+            let manifests = self.api.manifests_mut().expect("kept while serving");
+            note_write(manifests.entry(key.clone()), &key, revision, now);
+            match self.api.render(&key) {
+                Some(mut object) => {
+                    let manifest = self.api.manifests_mut().expect("kept while serving").entry(key.clone());
+                    note_transitions(manifest, &mut object, now);
+                    let revision = revision_of(&object, revision);
+                    snapshot.upsert(resource, &key.namespace, &key.name, revision, object);
+                }
+                None => {
+                    snapshot.remove(resource, &key.namespace, &key.name, revision);
+                    self.api.manifests_mut().expect("kept while serving").remove(&key);
+                }
+            }
+        }
+        snapshot.advance(self.api.revision());
+        journal
+    }
+}

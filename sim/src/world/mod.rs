@@ -197,6 +197,8 @@ pub struct World {
     closed_hash: Option<String>,
     /// The Unix time virtual zero stands for (engine times are absolute).
     epoch_ms: i64,
+    /// The served API's state (served mode only, [`crate::served`]).
+    pub(crate) served: Option<Box<crate::served::ServedApi>>,
 }
 
 impl World {
@@ -230,6 +232,7 @@ impl World {
             workloads: Vec::new(),
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
+            served: None,
         };
         world.deploy_controller(DeploymentSpec::default());
         world

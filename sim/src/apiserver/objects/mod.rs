@@ -91,6 +91,26 @@ impl Manifests {
 }
 
 impl ApiServer {
+    /// Starts keeping the manifests (served mode): what clients write beside the compact store, and the metadata
+    /// the compact types lack.
+    pub fn keep_manifests(&mut self) {
+        self.manifests.get_or_insert_with(Box::default);
+    }
+
+    /// The manifests kept, when they are.
+    pub fn manifests(&self) -> Option<&Manifests> {
+        self.manifests.as_deref()
+    }
+
+    pub fn manifests_mut(&mut self) -> Option<&mut Manifests> {
+        self.manifests.as_deref_mut()
+    }
+
+    /// The revision of the last write: what a list reports.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// `key` as the API server serves it, `None` when the store does not hold it.
     pub fn render(&self, key: &ObjectKey) -> Option<Value> {
         let store = &self.store;
