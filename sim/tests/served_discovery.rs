@@ -11,6 +11,7 @@ use gpuclaim_sim::apiserver::admission::{AdmissionError, crd::RuleBroken};
 use gpuclaim_sim::apiserver::gates::Invalid;
 use gpuclaim_sim::apiserver::{ApiError, Kind};
 use gpuclaim_sim::served::resources::{self, RESOURCES, Resource};
+use gpuclaim_sim::served::select::FieldSelector;
 use gpuclaim_sim::served::{discovery, status};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIGroupList, APIResourceList, APIVersions};
 use kube_core::CustomResourceExt;
@@ -142,6 +143,39 @@ fn the_legacy_group_documents_read_back_as_k8s_openapi_types() {
     assert_eq!(discovery::api_group(""), None);
     assert_eq!(discovery::api_group("nothing.example"), None);
     assert_eq!(discovery::api_resource_list("apps", "v2"), None);
+}
+
+#[test]
+fn aggregated_discovery_lists_the_groups_in_the_legacy_order() {
+    let legacy: Vec<Value> =
+        discovery::api_group_list()["groups"].as_array().unwrap().iter().map(|g| g["name"].clone()).collect();
+    let aggregated: Vec<Value> = discovery::aggregated(false)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(legacy, aggregated);
+    assert_eq!(discovery::aggregated(true)["items"][0]["metadata"], json!({}));
+}
+
+#[test]
+fn the_field_selectors_kubectl_and_the_adapter_send_are_supported() {
+    let supported = |group, version, plural, selector: &str| {
+        let labels = row(group, version, plural).field_selector_labels();
+        FieldSelector::parse(selector).unwrap().check_supported(&labels)
+    };
+    // kubectl describe's events (issue 39 probe), kubectl wait's name, the adapter's pods.
+    let describe =
+        "involvedObject.kind=ConfigMap,involvedObject.uid=u,involvedObject.name=c1,involvedObject.namespace=default";
+    assert_eq!(supported("", "v1", "events", describe), Ok(()));
+    assert_eq!(supported("", "v1", "pods", "metadata.name=p1"), Ok(()));
+    assert_eq!(supported("", "v1", "pods", "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName=n1"), Ok(()));
+    assert_eq!(supported("gpu.cozystack.io", "v1alpha1", "gpuclaims", "metadata.namespace=tenant-a"), Ok(()));
+    assert_eq!(
+        supported("gpu.cozystack.io", "v1alpha1", "gpuclaims", "spec.className=h100").unwrap_err().to_string(),
+        "field label not supported: spec.className"
+    );
 }
 
 #[test]

@@ -361,8 +361,7 @@ pub fn group_versions() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The rows of one group version, in table order.
-pub fn of_group_version(group: &str, version: &str) -> impl Iterator<Item = &'static Resource> {
-    let (group, version) = (group.to_owned(), version.to_owned());
+pub fn of_group_version<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static Resource> + 'a {
     RESOURCES.iter().filter(move |row| row.group == group && row.version == version)
 }
 

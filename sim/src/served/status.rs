@@ -151,6 +151,9 @@ pub fn from_api_error(error: &ApiError, resource: &Resource, name: &str) -> Valu
         ApiError::NotFound { kind, name } => not_found(row(*kind), name),
         ApiError::AlreadyExists { kind, name } => already_exists(row(*kind), name),
         ApiError::Conflict { kind, name } => conflict(row(*kind), name),
+        // The real server's reason is the storage error around this text (`StorageError: invalid object, Code: 4,
+        // Key: /registry/..., ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: ...`); the twin has no
+        // etcd key, so the reason is the precondition's text alone.
         ApiError::UidPrecondition { .. } => conflict_because(resource, name, &error.to_string()),
         ApiError::Invalid { kind, name, invalid: refused } => {
             let (reason, body) = cause_type(&refused.message);
@@ -232,8 +235,9 @@ fn quoted(name: &str) -> String {
     format!("{name:?}")
 }
 
-/// 404 for a path the server does not route (an unknown resource or group version): go-restful's answer through
-/// apimachinery's `NewGenericServerResponse`, with empty details.
+/// 404 for a path under `/api` or `/apis` the server does not route (an unknown resource or group version):
+/// go-restful's answer through apimachinery's `NewGenericServerResponse`, with empty details. (A path outside them
+/// gets Go's plain-text `404 page not found` from the real server.)
 pub fn not_found_path() -> Value {
     status(404, "NotFound", "the server could not find the requested resource", Some(Details::default()))
 }
