@@ -383,6 +383,21 @@ fn admission_refusals_are_worded_as_the_api_server_words_them() {
 }
 
 #[test]
+fn a_webhook_outage_is_an_internal_error_around_the_calls_failure() {
+    let outage = ApiError::Admission(AdmissionError::Unavailable {
+        name: "orders.gpu.cozystack.io".into(),
+        webhook: gpuclaim_engine::review::Webhook::Order,
+        namespace: "cozy-gpu".into(),
+    });
+    let body = status::from_api_error(&outage, claims(), "train");
+    assert_eq!(body["message"], outage.to_string());
+    assert_eq!((body["code"].as_u64(), body["reason"].as_str()), (Some(500), Some("InternalError")));
+    let cause = body["details"]["causes"][0]["message"].as_str().unwrap();
+    assert_eq!(format!("Internal error occurred: {cause}"), outage.to_string());
+    assert_eq!(body["details"].as_object().unwrap().len(), 1, "only the cause: {body}");
+}
+
+#[test]
 fn route_refusals_are_go_restfuls_and_apimachinerys() {
     assert_eq!(
         status::not_found_path(),

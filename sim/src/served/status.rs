@@ -156,13 +156,16 @@ pub fn from_api_error(error: &ApiError, resource: &Resource, name: &str) -> Valu
         // etcd key, so the reason is the precondition's text alone.
         ApiError::UidPrecondition { .. } => conflict_because(resource, name, &error.to_string()),
         ApiError::Invalid { kind, name, invalid: refused } => {
-            let (reason, body) = cause_type(&refused.message);
-            let cause = Cause { reason: reason.to_owned(), message: body.to_owned(), field: refused.field.clone() };
+            let cause = Cause {
+                reason: cause_type(&refused.message).to_owned(),
+                message: refused.message.clone(),
+                field: refused.field.clone(),
+            };
             invalid(row(*kind), name, vec![cause])
         }
         ApiError::Rule { kind, name, broken } => {
             let cause = Cause {
-                reason: rule_cause_type(broken.reason).to_owned(),
+                reason: cause_type(broken.reason).to_owned(),
                 message: format!("{}: {}", broken.reason, broken.message),
                 field: broken.field.clone(),
             };
@@ -203,9 +206,10 @@ fn from_admission_error(refused: &AdmissionError, error: &ApiError, resource: &R
 const INTERNAL_ERROR: &str = "Internal error occurred: ";
 
 /// The cause type of a field error from its body's leading words (apimachinery `field.Error.ErrorBody` writes the
-/// type first), and the body. A body the twin words without a type is one of the pod update rules, which the API
-/// server reports as `Forbidden`.
-fn cause_type(body: &str) -> (&'static str, &str) {
+/// type first; a CRD rule's `RuleBroken::reason` is those words alone). A body the twin words without a type is one
+/// of the pod update rules, which the API server reports as `Forbidden` (with a `Forbidden: ` prefix that
+/// [`crate::apiserver::gates`] leaves out).
+fn cause_type(body: &str) -> &'static str {
     const TYPES: &[(&str, &str)] = &[
         ("Invalid value", "FieldValueInvalid"),
         ("Duplicate value", "FieldValueDuplicate"),
@@ -217,20 +221,11 @@ fn cause_type(body: &str) -> (&'static str, &str) {
         ("Internal error", "InternalError"),
     ];
     let reason = TYPES.iter().find(|(words, _)| body.starts_with(words)).map(|(_, reason)| *reason);
-    (reason.unwrap_or("FieldValueForbidden"), body)
+    reason.unwrap_or("FieldValueForbidden")
 }
 
-/// The cause type of a CRD rule's wording ([`crate::apiserver::admission::crd::RuleBroken::reason`]).
-fn rule_cause_type(wording: &str) -> &'static str {
-    match wording {
-        "Forbidden" => "FieldValueForbidden",
-        "Required value" => "FieldValueRequired",
-        "Duplicate value" => "FieldValueDuplicate",
-        _ => "FieldValueInvalid",
-    }
-}
-
-/// Go's `%q` of a name: names are DNS labels and subdomains, for which Rust's `{:?}` writes the same.
+/// Go's `%q` of a name: for DNS labels and subdomains Rust's `{:?}` writes the same (they differ on control
+/// characters, which no stored name holds).
 fn quoted(name: &str) -> String {
     format!("{name:?}")
 }
@@ -294,9 +289,9 @@ mod tests {
 
     #[test]
     fn cause_types_come_from_the_bodys_first_words() {
-        assert_eq!(cause_type("Invalid value: \"x\": bad").0, "FieldValueInvalid");
-        assert_eq!(cause_type("Duplicate value: \"x\"").0, "FieldValueDuplicate");
-        assert_eq!(cause_type("cannot be set until all schedulingGates have been cleared").0, "FieldValueForbidden");
+        assert_eq!(cause_type("Invalid value: \"x\": bad"), "FieldValueInvalid");
+        assert_eq!(cause_type("Duplicate value: \"x\""), "FieldValueDuplicate");
+        assert_eq!(cause_type("cannot be set until all schedulingGates have been cleared"), "FieldValueForbidden");
     }
 
     #[test]
