@@ -32,7 +32,8 @@ pub const GIT_VERSION: &str = "v1.37.0-gpuclaim-twin";
 /// The Content-Type of an aggregated discovery answer.
 pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
-/// The `/version` body: the API server's `version.Info`. The build fields are fixed so runs compare equal.
+/// The `/version` body: the API server's `version.Info`. Every field is fixed (the platform too: the API server the
+/// twin stands for runs on Linux), so the answer is the same on every machine.
 pub fn version() -> Value {
     json!({
         "major": "1",
@@ -46,23 +47,9 @@ pub fn version() -> Value {
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "n/a",
-        "compiler": "n/a",
-        "platform": format!("{}/{}", go_os(), go_arch()),
+        "compiler": "gc",
+        "platform": "linux/amd64",
     })
-}
-
-fn go_os() -> &'static str {
-    std::env::consts::OS
-}
-
-/// The architecture as Go names it (`amd64`, `arm64`).
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        other => other,
-    }
 }
 
 /// The legacy `/api` body (`APIVersions`); `server_address` is the `host:port` clients reach the twin at.
@@ -116,8 +103,8 @@ fn group_entry(group: &str) -> Value {
     json!({"name": group, "versions": versions, "preferredVersion": preferred})
 }
 
-/// The `APIResourceList` of `/api/v1` (group `""`) or `/apis/{group}/{version}`, if served: each resource, then its
-/// subresources as `plural/sub` rows.
+/// The `APIResourceList` of `/api/v1` (group `""`) or `/apis/{group}/{version}`, if served: the resources and their
+/// subresources (as `plural/sub` rows), sorted by name.
 pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     let mut rows = Vec::new();
     for resource in resources::of_group_version(group, version) {
@@ -135,6 +122,8 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     if rows.is_empty() {
         return None;
     }
+    // The API server lists resources and subresources sorted by name (its installer sorts the paths).
+    rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let mut list = json!({"kind": "APIResourceList", "groupVersion": group_version(group, version), "resources": rows});
     // The core group's list carries no apiVersion; the others' do.
     if !group.is_empty() {
@@ -184,7 +173,9 @@ fn aggregated_group(group: &'static str) -> Value {
     let versions: Vec<Value> = versions(group)
         .into_iter()
         .map(|version| {
-            let resources: Vec<Value> = resources::of_group_version(group, version).map(aggregated_resource).collect();
+            let mut served: Vec<&Resource> = resources::of_group_version(group, version).collect();
+            served.sort_by_key(|resource| resource.plural);
+            let resources: Vec<Value> = served.into_iter().map(aggregated_resource).collect();
             json!({"version": version, "resources": resources, "freshness": "Current"})
         })
         .collect();
