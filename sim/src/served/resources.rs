@@ -7,10 +7,10 @@
 //! `deletecollection` is not (it answers 405), so no row lists it. Subresources are listed only when served (only
 //! `status`, where the real resource has one): `pods/binding`, `pods/eviction` and `deployments/scale` are not yet.
 //!
-//! The rows are in the order discovery lists them: the core group first, then the built-in groups in the API
-//! server's priority order (apps, policy, rbac, storage, admissionregistration, apiextensions, coordination: the
-//! `groupPriorityMinimum`s of kube-apiserver's APIServices), then the CRD groups alphabetically (all CRDs share one
-//! priority, and the aggregator breaks ties by name).
+//! The rows' groups are in the order discovery lists them (within a group version it lists resources by name): the
+//! core group first, then the built-in groups in the API server's priority order (apps, policy, rbac, storage,
+//! admissionregistration, apiextensions, coordination: the `groupPriorityMinimum`s of kube-apiserver's
+//! APIServices, ties broken by name), then the CRD groups alphabetically (all CRDs share one priority).
 //!
 //! ```
 //! use gpuclaim_sim::served::resources;
@@ -150,7 +150,7 @@ const CERT_MANAGER: &str = "cert-manager.io";
 
 use Storage::{Generic, Modelled};
 
-/// Every served resource, in discovery's order (see the module doc).
+/// Every served resource, its groups in discovery's order (see the module doc).
 pub static RESOURCES: &[Resource] = &[
     Resource {
         short_names: &["ns"],
@@ -463,7 +463,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), served.len());
-        // Rows of one group version are contiguous, so table order is discovery's order.
+        // Rows of one group version are contiguous, so the table's order of groups is discovery's.
         let mut seen = Vec::new();
         for row in RESOURCES {
             if seen.last() != Some(&row.group_version()) {
