@@ -7,11 +7,16 @@
 //! written into the [`store::Snapshot`] clients read, recording the change for watches. Readers share the snapshot
 //! behind a lock, so a list or a watch never stalls the world for longer than a copy of the objects it reads.
 //!
-//! The parts: label and field selectors as the API server parses and matches them ([`select`]); the served objects
-//! and their history ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
+//! The parts: the registry of served resources, one row each ([`resources`]); the discovery and OpenAPI documents
+//! generated from it ([`discovery`]); the API server's Status bodies for refused requests ([`status`]); label and
+//! field selectors as the API server parses and matches them ([`select`]); the served objects and their history
+//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
 
+pub mod discovery;
 pub mod list;
+pub mod resources;
 pub mod select;
+pub mod status;
 pub mod store;
 pub mod watch;
 
@@ -31,18 +36,12 @@ use store::{ResourceId, Snapshot};
 
 /// The resource each modelled kind is served as.
 pub fn resource_of(kind: Kind) -> ResourceId {
-    let (group, plural) = match kind {
-        Kind::Class => (keys::GROUP, "gpuclasses"),
-        Kind::Claim => (keys::GROUP, "gpuclaims"),
-        Kind::Usage => (keys::GROUP, "gpuusages"),
-        Kind::Pod => ("", "pods"),
-        Kind::Vmi => ("kubevirt.io", "virtualmachineinstances"),
-        Kind::Node => ("", "nodes"),
-        Kind::Namespace => ("", "namespaces"),
-        Kind::Quota => ("", "resourcequotas"),
-        Kind::Settings => ("", "configmaps"),
+    let row = match kind {
+        // The settings ConfigMap is the one modelled object of a resource whose other objects are generic.
+        Kind::Settings => resources::find("", "v1", "configmaps"),
+        kind => resources::modelled(kind),
     };
-    ResourceId { group, plural }
+    row.expect("every modelled kind has a row (tests/served_discovery.rs holds it)").id()
 }
 
 /// The settings ConfigMap's key as served (the store names it by kind alone: there is one).
