@@ -120,7 +120,7 @@ fn init_logs(filter: &str) -> anyhow::Result<()> {
 }
 
 /// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
-async fn terminated() {
+pub(crate) async fn terminated() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
         Err(error) => {

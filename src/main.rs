@@ -10,6 +10,7 @@ mod review_cmd;
 mod shrink_cmd;
 mod sim_cmd;
 mod suite_cmd;
+mod twin_cmd;
 mod whatif_cmd;
 
 use std::path::PathBuf;
@@ -70,6 +71,17 @@ enum Command {
         #[command(subcommand)]
         command: SimCommand,
     },
+    /// The twin served as a Kubernetes API server (kubectl and kube-rs against a running scenario).
+    Twin {
+        #[command(subcommand)]
+        command: TwinCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TwinCommand {
+    /// Serves a scenario's twin over HTTPS, paced to the wall clock; prints `serving https://ADDRESS` first.
+    Serve(twin_cmd::Serve),
 }
 
 #[derive(Subcommand)]
@@ -141,6 +153,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scenario { command: ScenarioCommand::Shrink(args) } => return shrink_cmd::shrink(args),
         Command::Suite(args) => return suite_cmd::suite(args),
         Command::Whatif(args) => whatif_cmd::run(args)?,
+        Command::Twin { command: TwinCommand::Serve(args) } => twin_cmd::serve(args)?,
         Command::Sim { command: SimCommand::Run { scenario, seed, events_out, stats, metrics_out, variant } } => {
             return sim_cmd::run(&sim_cmd::Options { scenario, seed, events_out, stats, metrics_out, variant });
         }

@@ -252,6 +252,16 @@ impl World {
         self.kernel.now()
     }
 
+    /// The Unix time (ms) virtual zero stands for: what timestamps are written from.
+    pub fn epoch_ms(&self) -> i64 {
+        self.epoch_ms
+    }
+
+    /// When the next event is due, if one is queued (what a paced driver sleeps until).
+    pub fn next_event_at(&self) -> Option<Millis> {
+        self.kernel.peek_time()
+    }
+
     pub fn log_hash(&self) -> String {
         self.closed_hash.clone().unwrap_or_else(|| self.log.hash())
     }

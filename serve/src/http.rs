@@ -1,0 +1,224 @@
+//! The served twin's HTTP side: one handler that reads a request as the API server does ([`crate::route`]),
+//! answers reads from the snapshot, and answers everything else with the API server's `Status`.
+//!
+//! Reads never reach the world's thread: GET and LIST read the snapshot under its read lock; a WATCH streams from
+//! it ([`crate::watch_stream`]). Writes are not served yet: they are answered 405 `MethodNotAllowed`, naming the
+//! verb.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use gpuclaim_sim::served::list::{ListError, ListOptions, Selection, list};
+use gpuclaim_sim::served::resources::Resource;
+use gpuclaim_sim::served::select::{FieldSelector, LabelSelector};
+use gpuclaim_sim::served::store::{ResourceId, Snapshot};
+use gpuclaim_sim::served::{discovery, status};
+use serde_json::{Value, json};
+
+use crate::auth;
+use crate::route::{self, Endpoint, Target};
+use crate::watch_stream::{self, WatchRequest};
+
+/// What every request handler shares.
+pub struct Shared {
+    pub snapshot: Arc<RwLock<Snapshot>>,
+    pub head: tokio::sync::watch::Receiver<u64>,
+    /// The world's virtual time (ms since its zero).
+    pub now: Arc<AtomicU64>,
+    pub token: String,
+    /// `host:port` clients reach the twin at.
+    pub address: String,
+    /// Tells open watches to end (the server is stopping).
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The router: every path goes to one handler.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+/// A JSON answer with `code`.
+fn json_response(code: u16, body: &Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (code, body.to_string()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A `Status` answer, with the code the body carries.
+fn status_response(body: Value) -> Response {
+    let code = body.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+    json_response(code, &body)
+}
+
+fn read(snapshot: &RwLock<Snapshot>) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+    snapshot.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The query parameters of a request, by name (the last one of a name wins, as the API server's decoder takes it).
+fn query(request: &Request) -> std::collections::BTreeMap<String, String> {
+    let text = request.uri().query().unwrap_or_default();
+    form_urlencoded::parse(text.as_bytes()).map(|(key, value)| (key.into_owned(), value.into_owned())).collect()
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if !auth::authenticated(request.headers(), &shared.token) {
+        return status_response(status::status(401, "Unauthorized", "Unauthorized", None));
+    }
+    let path = request.uri().path().to_owned();
+    let Ok(endpoint) = route::endpoint(&path) else { return status_response(status::not_found_path()) };
+    let accept = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    if !matches!(endpoint, Endpoint::Resource(_)) && request.method() != Method::GET {
+        return status_response(status::method_not_allowed());
+    }
+    match endpoint {
+        Endpoint::Version => json_response(200, &discovery::version()),
+        Endpoint::Health => (StatusCode::OK, "ok").into_response(),
+        Endpoint::Api | Endpoint::Apis if discovery::accepts_aggregated(&accept) => {
+            let body = discovery::aggregated(matches!(endpoint, Endpoint::Api));
+            let mut response = json_response(200, &body);
+            let content_type = HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE);
+            response.headers_mut().insert(header::CONTENT_TYPE, content_type);
+            response
+        }
+        Endpoint::Api => json_response(200, &discovery::api_versions(&shared.address)),
+        Endpoint::Apis => json_response(200, &discovery::api_group_list()),
+        Endpoint::Group(group) => match discovery::api_group(group) {
+            Some(body) => json_response(200, &body),
+            None => status_response(status::not_found_path()),
+        },
+        Endpoint::ResourceList { group, version } => match discovery::api_resource_list(group, version) {
+            Some(body) => json_response(200, &body),
+            None => status_response(status::not_found_path()),
+        },
+        Endpoint::OpenApiIndex => json_response(200, &discovery::openapi_index()),
+        Endpoint::OpenApiDocument(path) => match discovery::openapi_bytes(&path) {
+            Some(bytes) => {
+                let mut response = (StatusCode::OK, bytes).into_response();
+                response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                response
+            }
+            None => status_response(status::not_found_path()),
+        },
+        Endpoint::Resource(target) => resource(&shared, &request, target),
+    }
+}
+
+/// The verb a method and a target make, as authorization and discovery name it.
+fn verb(method: &Method, target: &Target<'_>, watch: bool) -> &'static str {
+    match (method.as_str(), target.name.is_some()) {
+        ("GET", true) => "get",
+        ("GET", false) if watch => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+fn resource(shared: &Arc<Shared>, request: &Request, target: Target<'_>) -> Response {
+    let parameters = query(request);
+    let watch = parameters.get("watch").is_some_and(|value| value == "true" || value == "1");
+    let verb = verb(request.method(), &target, watch);
+    let resource = target.resource;
+    let served = match target.subresource {
+        None => resource.serves(verb),
+        Some(name) => resource.subresource(name).is_some_and(|sub| sub.verbs.contains(&verb)),
+    };
+    if !served || !matches!(verb, "get" | "list" | "watch") {
+        return status_response(status::method_not_supported(resource, verb));
+    }
+    let id = ResourceId { group: resource.group, plural: resource.plural };
+    match verb {
+        "get" => {
+            let name = target.name.expect("a get names its object");
+            let namespace = target.namespace.unwrap_or_default();
+            match read(&shared.snapshot).get(id, namespace, name) {
+                Some(stored) => json_response(200, &stored.object),
+                None => status_response(status::not_found(resource, name)),
+            }
+        }
+        _ => {
+            let selection = match selection(resource, target.namespace, &parameters) {
+                Ok(selection) => selection,
+                Err(refusal) => return status_response(refusal),
+            };
+            if verb == "watch" {
+                return watch_stream::respond(shared, WatchRequest::new(resource, selection, &parameters));
+            }
+            list_response(shared, resource, &selection, &parameters)
+        }
+    }
+}
+
+/// The namespace and selectors of a list or a watch, refused with 400 as the API server words it.
+fn selection(
+    resource: &Resource,
+    namespace: Option<&str>,
+    parameters: &std::collections::BTreeMap<String, String>,
+) -> Result<Selection, Value> {
+    let labels = parameters.get("labelSelector").map(String::as_str).unwrap_or_default();
+    let labels = LabelSelector::parse(labels).map_err(|error| status::bad_request(&error.to_string()))?;
+    let fields = parameters.get("fieldSelector").map(String::as_str).unwrap_or_default();
+    let fields = FieldSelector::parse(fields).map_err(|error| status::bad_request(&error.to_string()))?;
+    let supported = resource.field_selector_labels();
+    fields.check_supported(&supported).map_err(|error| status::bad_request(&error.to_string()))?;
+    Ok(Selection { namespace: namespace.map(str::to_owned), labels, fields })
+}
+
+fn list_response(
+    shared: &Arc<Shared>,
+    resource: &'static Resource,
+    selection: &Selection,
+    parameters: &std::collections::BTreeMap<String, String>,
+) -> Response {
+    let limit = match parameters.get("limit").map(|limit| limit.parse::<usize>()) {
+        None => None,
+        Some(Ok(limit)) => Some(limit),
+        Some(Err(_)) => return status_response(status::bad_request("limit: must be a non-negative integer")),
+    };
+    let options = ListOptions {
+        limit,
+        continue_token: parameters.get("continue").filter(|token| !token.is_empty()).cloned(),
+        resource_version: parameters.get("resourceVersion").cloned(),
+        resource_version_match: parameters.get("resourceVersionMatch").cloned(),
+    };
+    let id = ResourceId { group: resource.group, plural: resource.plural };
+    let page = match list(&read(&shared.snapshot), id, resource.namespaced, selection, &options) {
+        Ok(page) => page,
+        Err(ListError::BadRequest(message)) => return status_response(status::bad_request(&message)),
+        Err(ListError::Expired(message)) => return status_response(status::gone_expired(&message)),
+    };
+    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(token) = &page.continue_token {
+        metadata["continue"] = token.as_str().into();
+    }
+    let items: Vec<&Value> = page.items.iter().map(|item| &**item).collect();
+    let body = json!({
+        "kind": resource.list_kind(),
+        "apiVersion": resource.api_version(),
+        "metadata": metadata,
+        "items": items,
+    });
+    json_response(200, &body)
+}
+
+/// Headers every answer of a stream shares.
+pub(crate) fn stream_headers(headers: &mut HeaderMap) {
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+}
+
+pub(crate) fn body_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    stream_headers(response.headers_mut());
+    response
+}

@@ -1,0 +1,182 @@
+//! kube-rs against a served twin (issue 39): discovery, LIST with pages and selectors, GET, the API server's
+//! errors, a watch resumed from a revision the history dropped (410 in the stream) and kube-rs's watcher relisting
+//! through it, and a reflector that ends equal to a fresh list while the scenario runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use gpuclaim_engine::api::GPUClaim;
+use gpuclaim_scenarios::scenario::parse_scenario;
+use gpuclaim_serve::pacer::Speed;
+use gpuclaim_serve::{Config, Ready};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+/// Two nodes, and a tenant whose VMs with template claims arrive every 30 s on average and live 5 minutes.
+const CHURN: &str = "name: churn\nduration: 3h\ncluster:\n  classes: [{name: gpu, resourceName: example.com/gpu, mode: \
+    Passthrough, maxCount: 1}]\n  nodes: [{prefix: gpu-, count: 2, cpu: '64', memory: 256Gi, devices: \
+    {example.com/gpu: 8}}]\n  tenants: [{name: team}]\nworkloads:\n- {tenant: team, prefix: vm, cpu: '1', \
+    memory: 1Gi, arrivalsPerHour: 120, meanLifetime: 5m, gpus: [{claimTemplate: {class: gpu, count: 1}}]}\n";
+
+fn temp_path(name: &str) -> PathBuf {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("served-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A served twin of [`CHURN`] at `speed`, keeping `history` changes per resource; stops when dropped.
+struct Twin {
+    ready: Ready,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), gpuclaim_serve::ServeError>>,
+}
+
+impl Twin {
+    async fn start(speed: Speed, history: usize) -> Twin {
+        let scenario = parse_scenario(CHURN).unwrap();
+        let mut config = Config::new(scenario, "127.0.0.1:0".parse().unwrap(), temp_path("kubeconfig"), speed);
+        config.history_max = history;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(gpuclaim_serve::run(
+            config,
+            move |ready| {
+                let _ = ready_tx.send(ready.clone());
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let ready = tokio::time::timeout(Duration::from_secs(30), ready_rx).await.unwrap().unwrap();
+        Twin { ready, stop: Some(stop), task }
+    }
+
+    async fn client(&self) -> kube::Client {
+        let kubeconfig = Kubeconfig::read_from(&self.ready.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task).await.unwrap().unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_lists_gets_and_pages_through_a_running_twin() {
+    let twin = Twin::start(Speed::Times(600.0), 10_000).await;
+    let client = twin.client().await;
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, "v1.37.0-gpuclaim-twin");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> =
+        nodes.list(&ListParams::default()).await.unwrap().items.into_iter().map(|n| n.metadata.name.unwrap()).collect();
+    assert_eq!(names, ["gpu-0000", "gpu-0001"]);
+    let node = nodes.get("gpu-0000").await.unwrap();
+    assert_eq!(node.status.unwrap().allocatable.unwrap()["example.com/gpu"].0, "8");
+    let missing = nodes.get("gpu-9").await.unwrap_err();
+    let kube::Error::Api(status) = missing else { panic!("{missing:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+    assert_eq!(status.message, "nodes \"gpu-9\" not found");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(namespaces.get("team").await.is_ok());
+    // Wait until VMs run, then page through the pods one at a time.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team");
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = pods.list(&ListParams::default()).await.unwrap().items.len();
+        if seen >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(seen >= 3, "{seen} pods");
+    let mut params = ListParams::default().limit(1);
+    let mut pages = 0;
+    let first = pods.list(&params).await.unwrap();
+    let revision = first.metadata.resource_version.clone().unwrap();
+    let mut token = first.metadata.continue_.clone();
+    while let Some(next) = token.filter(|t| !t.is_empty()) {
+        params = params.continue_token(&next);
+        let page = pods.list(&params).await.unwrap();
+        assert_eq!(page.metadata.resource_version.as_deref(), Some(revision.as_str()));
+        token = page.metadata.continue_;
+        pages += 1;
+    }
+    assert!(pages >= 1, "paged");
+    // Selectors: the launchers carry the claims label and are bound to a node or not.
+    let selected = ListParams::default().labels("gpu.cozystack.io/claims=true").fields("spec.nodeName!=");
+    for pod in pods.list(&selected).await.unwrap() {
+        assert!(pod.spec.unwrap().node_name.is_some());
+    }
+    let bad = pods.list(&ListParams::default().fields("spec.color=red")).await.unwrap_err();
+    let kube::Error::Api(status) = bad else { panic!("{bad:?}") };
+    assert_eq!((status.code, status.message.as_str()), (400, "field label not supported: spec.color"));
+    let claims: Api<GPUClaim> = Api::all(client.clone());
+    assert!(!claims.list(&ListParams::default()).await.unwrap().items.is_empty(), "template claims are served");
+    twin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_dropped_revision_gets_410_in_the_stream_and_the_watcher_relists() {
+    let twin = Twin::start(Speed::Times(1200.0), 5).await;
+    let client = twin.client().await;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let old = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    // Let more than five pod changes happen.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut stream = pods.watch(&WatchParams::default(), &old).await.unwrap().boxed();
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap().unwrap();
+    let WatchEvent::Error(error) = event else { panic!("{event:?}") };
+    assert_eq!((error.code, error.reason.as_str()), (410, "Expired"));
+    assert!(error.message.starts_with(&format!("too old resource version: {old} (")), "{}", error.message);
+    // kube-rs's watcher relists on that event; its reflector ends equal to a fresh list.
+    let (reader, writer) = reflector::store::<Pod>();
+    let watched = reflector(writer, watcher(pods.clone(), watcher::Config::default())).applied_objects();
+    let driver = tokio::spawn(watched.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    let mut equal = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let listed = pods.list(&ListParams::default()).await.unwrap();
+        let mut listed: Vec<(String, String)> = listed
+            .items
+            .iter()
+            .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap()))
+            .collect();
+        let mut cached: Vec<(String, String)> = reader
+            .state()
+            .iter()
+            .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap()))
+            .collect();
+        listed.sort();
+        cached.sort();
+        if listed == cached {
+            equal = true;
+            break;
+        }
+    }
+    assert!(equal, "the reflector caught up with the served pods");
+    driver.abort();
+    twin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_token_is_unauthorized() {
+    let twin = Twin::start(Speed::Times(1.0), 100).await;
+    let mut kubeconfig = Kubeconfig::read_from(&twin.ready.kubeconfig).unwrap();
+    kubeconfig.auth_infos[0].auth_info.as_mut().unwrap().token = Some("wrong".to_owned().into());
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let error = Api::<Node>::all(client).list(&ListParams::default()).await.unwrap_err();
+    let kube::Error::Api(status) = error else { panic!("{error:?}") };
+    assert_eq!(status.code, 401);
+    twin.stop().await;
+}
