@@ -2,8 +2,8 @@
 //! answers reads from the snapshot, and answers everything else with the API server's `Status`.
 //!
 //! Reads never reach the world's thread: GET and LIST read the snapshot under its read lock; a WATCH streams from
-//! it ([`crate::watch_stream`]). Writes are not served yet: they are answered 405 `MethodNotAllowed`, naming the
-//! verb.
+//! it ([`crate::watch_stream`]). Writes go to the world's thread, which applies them between two events
+//! (`gpuclaim_sim::served::writes`) and answers once the snapshot shows them.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
@@ -23,6 +23,8 @@ use serde_json::{Value, json};
 use crate::auth;
 use crate::route::{self, Endpoint, Target};
 use crate::watch_stream::{self, WatchRequest};
+use crate::world_thread::Writes;
+use gpuclaim_sim::served::writes::{Verb, WriteRequest};
 
 /// What every request handler shares.
 pub struct Shared {
@@ -35,7 +37,11 @@ pub struct Shared {
     pub address: String,
     /// Tells open watches to end (the server is stopping).
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    pub writes: Writes,
 }
+
+/// The largest request body taken (the API server's limit is 3 MiB for most writes).
+pub const BODY_MAX: usize = 3 << 20;
 
 /// The router: every path goes to one handler.
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -105,7 +111,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             }
             None => status_response(status::not_found_path()),
         },
-        Endpoint::Resource(target) => resource(&shared, &request, target),
+        Endpoint::Resource(target) => resource(&shared, request, target).await,
     }
 }
 
@@ -124,8 +130,8 @@ fn verb(method: &Method, target: &Target<'_>, watch: bool) -> &'static str {
     }
 }
 
-fn resource(shared: &Arc<Shared>, request: &Request, target: Target<'_>) -> Response {
-    let parameters = query(request);
+async fn resource(shared: &Arc<Shared>, request: Request, target: Target<'_>) -> Response {
+    let parameters = query(&request);
     let watch = parameters.get("watch").is_some_and(|value| value == "true" || value == "1");
     let verb = verb(request.method(), &target, watch);
     let resource = target.resource;
@@ -133,8 +139,18 @@ fn resource(shared: &Arc<Shared>, request: &Request, target: Target<'_>) -> Resp
         None => resource.serves(verb),
         Some(name) => resource.subresource(name).is_some_and(|sub| sub.verbs.contains(&verb)),
     };
-    if !served || !matches!(verb, "get" | "list" | "watch") {
+    if !served {
         return status_response(status::method_not_supported(resource, verb));
+    }
+    let write = match verb {
+        "create" => Some(Verb::Create),
+        "update" => Some(Verb::Update),
+        "patch" => Some(Verb::Patch),
+        "delete" => Some(Verb::Delete),
+        _ => None,
+    };
+    if let Some(write) = write {
+        return write_response(shared, request, &target, write, &parameters).await;
     }
     let id = ResourceId { group: resource.group, plural: resource.plural };
     match verb {
@@ -221,4 +237,45 @@ pub(crate) fn body_response(body: Body) -> Response {
     let mut response = Response::new(body);
     stream_headers(response.headers_mut());
     response
+}
+
+/// Sends a write to the world and answers what it says.
+async fn write_response(
+    shared: &Arc<Shared>,
+    request: Request,
+    target: &Target<'_>,
+    verb: Verb,
+    parameters: &std::collections::BTreeMap<String, String>,
+) -> Response {
+    if target.resource.namespaced && target.namespace.is_none() {
+        return status_response(status::bad_request("the request must name a namespace for a namespaced resource"));
+    }
+    let content_type =
+        request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let body = match axum::body::to_bytes(request.into_body(), BODY_MAX).await {
+        Ok(body) => body,
+        Err(_) => {
+            let message = format!("the request body is larger than {BODY_MAX} bytes, or could not be read");
+            return status_response(status::status(413, "RequestEntityTooLarge", &message, None));
+        }
+    };
+    let write = WriteRequest {
+        verb,
+        resource: target.resource,
+        namespace: target.namespace.map(str::to_owned),
+        name: target.name.map(str::to_owned),
+        subresource: target.subresource.map(str::to_owned),
+        content_type,
+        body: body.to_vec(),
+        // The kubeconfig's one user is the platform's administrator (issue 40 adds service accounts and RBAC).
+        user: gpuclaim_sim::users::platform_admin(),
+        dry_run: parameters.get("dryRun").is_some_and(|value| !value.is_empty()),
+    };
+    let Some(answer) = shared.writes.send(write) else {
+        return status_response(status::too_many_requests(1));
+    };
+    match answer.await {
+        Ok(answer) => json_response(answer.code, &answer.body),
+        Err(_) => status_response(status::status(503, "ServiceUnavailable", "the twin's world has stopped", None)),
+    }
 }

@@ -127,6 +127,7 @@ pub async fn run(
         token,
         address: address.to_string(),
         stopping,
+        writes: world.writes(),
     });
     ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone() });
     let world_failed = async {

@@ -16,6 +16,7 @@ use gpuclaim_scenarios::scenario::Scenario;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::served::store::Snapshot;
+use gpuclaim_sim::served::writes::{Answer, WriteRequest};
 use gpuclaim_sim::world::World;
 
 use crate::pacer::{Pacer, Speed};
@@ -42,7 +43,12 @@ pub struct WorldConfig {
 /// What the world's thread is told.
 pub enum Command {
     Stop,
+    /// A client's write, answered on the channel once applied and rendered.
+    Write(Box<WriteRequest>, tokio::sync::oneshot::Sender<Answer>),
 }
+
+/// Writes waiting for the world at most; a write beyond is answered 429 (the API server's max-in-flight limit).
+pub const WRITES_QUEUED_MAX: usize = 1024;
 
 /// Why the world stopped running.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +72,19 @@ pub struct WorldHandle {
     thread: Option<JoinHandle<Result<(), WorldFailure>>>,
 }
 
+/// Where writes are sent to the world: clonable, for the HTTP tasks.
+#[derive(Clone)]
+pub struct Writes(SyncSender<Command>);
+
+impl Writes {
+    /// Queues `request`; `None` when the queue is full or the world has stopped.
+    pub fn send(&self, request: WriteRequest) -> Option<tokio::sync::oneshot::Receiver<Answer>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.0.try_send(Command::Write(Box::new(request), reply)).ok()?;
+        Some(answer)
+    }
+}
+
 impl WorldHandle {
     /// Stops the world and waits for its thread; the first failure it met, if any.
     pub fn stop(mut self) -> Result<(), WorldFailure> {
@@ -75,6 +94,11 @@ impl WorldHandle {
             Some(Err(_)) => Err(WorldFailure::Run { at: Millis::ZERO, reason: "the world's thread panicked".into() }),
             None => Ok(()),
         }
+    }
+
+    /// Where to send clients' writes.
+    pub fn writes(&self) -> Writes {
+        Writes(self.commands.clone())
     }
 
     /// Whether the world's thread has ended (a failure: it runs until told to stop).
@@ -91,7 +115,7 @@ impl Drop for WorldHandle {
 
 /// Builds the world on its own thread and starts running it. Returns once the first snapshot is there.
 pub fn start(config: WorldConfig) -> Result<WorldHandle, WorldFailure> {
-    let (commands, received) = std::sync::mpsc::sync_channel(64);
+    let (commands, received) = std::sync::mpsc::sync_channel(WRITES_QUEUED_MAX);
     let (ready, started) = std::sync::mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
         .name("gpuclaim-twin-world".into())
@@ -133,9 +157,12 @@ fn run(
     }
     let pacer = Pacer::new(Instant::now(), world.now(), config.speed);
     loop {
-        match commands.try_recv() {
-            Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
-            Err(TryRecvError::Empty) => {}
+        loop {
+            match commands.try_recv() {
+                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
+                Ok(Command::Write(request, reply)) => write(&mut world, &request, reply, &moved),
+                Err(TryRecvError::Empty) => break,
+            }
         }
         let next = world.next_event_at();
         let target = pacer.target(Instant::now()).or(next).unwrap_or(world.now());
@@ -157,7 +184,21 @@ fn run(
         let wait = due.map_or(SLEEP_MAX, |at| pacer.until(Instant::now(), at).min(SLEEP_MAX));
         match commands.recv_timeout(wait) {
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            Ok(Command::Write(request, reply)) => write(&mut world, &request, reply, &moved),
             Err(RecvTimeoutError::Timeout) => {}
         }
     }
+}
+
+/// Applies one client's write now, answers it, and tells the watches.
+fn write(
+    world: &mut World,
+    request: &WriteRequest,
+    reply: tokio::sync::oneshot::Sender<Answer>,
+    moved: &tokio::sync::watch::Sender<u64>,
+) {
+    let answer = world.served_write(request);
+    moved.send_replace(world.api.revision());
+    // A client that went away meanwhile needs no answer.
+    let _ = reply.send(answer);
 }

@@ -10,7 +10,8 @@
 //! The parts: the registry of served resources, one row each ([`resources`]); the discovery and OpenAPI documents
 //! generated from it ([`discovery`]); the API server's Status bodies for refused requests ([`status`]); label and
 //! field selectors as the API server parses and matches them ([`select`]); the served objects and their history
-//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
+//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]); clients' writes
+//! ([`writes`]).
 
 pub mod discovery;
 pub mod list;
@@ -19,6 +20,7 @@ pub mod select;
 pub mod status;
 pub mod store;
 pub mod watch;
+pub mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -43,6 +45,10 @@ pub fn resource_of(kind: Kind) -> ResourceId {
     };
     row.expect("every modelled kind has a row (tests/served_discovery.rs holds it)").id()
 }
+
+/// The namespaces a served twin starts with besides the scenario's tenants and the controller's, as a cluster has
+/// them.
+pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-node-lease", "kube-public", "kube-system"];
 
 /// The settings ConfigMap's key as served (the store names it by kind alone: there is one).
 fn served_key(key: ObjectKey) -> ObjectKey {
@@ -101,7 +107,7 @@ fn note_write(manifest: &mut Manifest, key: &ObjectKey, revision: u64, now: Time
     if manifest.created.is_none() {
         manifest.created = Some(now);
         // Named by the revision it was first seen at too: a namesake created later is another object.
-        manifest.uid = Some(uid_of(key.kind, &key.namespace, &format!("{}@{revision}", key.name)));
+        manifest.uid = Some(uid_of(key.kind.name(), &key.namespace, &format!("{}@{revision}", key.name)));
     }
     if matches!(key.kind, Kind::Namespace | Kind::Quota | Kind::Settings) {
         manifest.resource_version = Some(revision.to_string().into());
@@ -136,6 +142,14 @@ impl World {
             return served.snapshot();
         }
         self.api.keep_manifests();
+        // The namespaces every cluster has, and the controller's: clients write there (the chart's objects).
+        let admin = crate::users::platform_admin();
+        for namespace in SYSTEM_NAMESPACES.into_iter().chain([keys::DEFAULT_CONTROLLER_NAMESPACE]) {
+            if self.api.store().tenant(namespace).is_none() {
+                // Only an existing namespace is refused, and it was looked for above.
+                let _ = self.api.create_namespace(namespace, &admin, false);
+            }
+        }
         self.api.watch().keep_journal();
         let now = self.time();
         let head = self.api.revision();

@@ -41,9 +41,15 @@ pub struct Cause {
     pub field: String,
 }
 
+impl Cause {
+    pub fn new(reason: &str, message: &str, field: &str) -> Cause {
+        Cause { reason: reason.to_owned(), message: message.to_owned(), field: field.to_owned() }
+    }
+}
+
 impl Details {
     /// The object a refusal about `resource` names: the resource's plural and group.
-    fn of(resource: &Resource, name: &str) -> Details {
+    pub fn of(resource: &Resource, name: &str) -> Details {
         Details {
             name: name.to_owned(),
             group: resource.group.to_owned(),

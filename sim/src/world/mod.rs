@@ -390,7 +390,11 @@ impl World {
             Event::Fault { kind } => self.fault(kind)?,
             Event::DeviceFailure { node, resource, units } => self.device_failure(&node, &resource, units)?,
         }
-        // Whatever the step wrote reaches the controller's cache one lag later.
+        self.schedule_watch_delivery()
+    }
+
+    /// Whatever a step (or a served client's write) wrote reaches the controller's cache one lag later.
+    pub(crate) fn schedule_watch_delivery(&mut self) -> Result<(), WorldError> {
         if let Some(due) = self.api.watch().delivery_due() {
             self.schedule_at(due.max(self.now()), Event::WatchDeliver)?;
         }

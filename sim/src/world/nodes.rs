@@ -97,7 +97,7 @@ impl World {
     }
 
     /// `kubectl cordon` / `uncordon`.
-    pub(super) fn cordon(&mut self, name: &str, cordoned: bool) -> Result<(), WorldError> {
+    pub(crate) fn cordon(&mut self, name: &str, cordoned: bool) -> Result<(), WorldError> {
         let Some(mut node) = self.api.store().node(name).cloned() else { return Ok(()) };
         node.unschedulable = cordoned;
         self.api.put_node(node);

@@ -135,11 +135,11 @@ impl ApiServer {
 
 /// A deterministic uid for an object whose compact type holds none: a hash of its kind, namespace and name, written
 /// as a UUID (version 8, RFC 9562 §5.8), so a render gives the same uid every time and on every machine.
-pub fn uid_of(kind: Kind, namespace: &str, name: &str) -> Name {
+pub fn uid_of(kind: &str, namespace: &str, name: &str) -> Name {
     // FNV-1a over the three parts with separators, twice with different offsets for 128 bits.
     let hash = |offset: u64| {
         let mut hash = offset;
-        for byte in [kind.name(), "/", namespace, "/", name].concat().bytes() {
+        for byte in [kind, "/", namespace, "/", name].concat().bytes() {
             hash ^= u64::from(byte);
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -188,7 +188,7 @@ impl Meta<'_> {
             .filter(|uid| !uid.is_empty())
             .map(Name::from)
             .or_else(|| manifest.and_then(|m| m.uid.clone()))
-            .unwrap_or_else(|| uid_of(kind, self.namespace, self.name));
+            .unwrap_or_else(|| uid_of(kind.name(), self.namespace, self.name));
         let version = self
             .resource_version
             .filter(|version| !version.is_empty())

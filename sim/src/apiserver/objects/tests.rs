@@ -30,16 +30,16 @@ fn claim() -> Claim {
 
 #[test]
 fn a_uid_is_a_version_8_uuid_stable_per_kind_namespace_and_name() {
-    let uid = uid_of(Kind::Node, "", "gpu-1");
-    assert_eq!(uid, uid_of(Kind::Node, "", "gpu-1"));
+    let uid = uid_of(Kind::Node.name(), "", "gpu-1");
+    assert_eq!(uid, uid_of(Kind::Node.name(), "", "gpu-1"));
     let text = uid.as_str();
     assert_eq!(text.len(), 36);
     assert_eq!(text.split('-').map(str::len).collect::<Vec<_>>(), [8, 4, 4, 4, 12]);
     assert_eq!(&text[14..15], "8", "version 8: {text}");
     assert!(matches!(&text[19..20], "8" | "9" | "a" | "b"), "RFC 9562 variant: {text}");
-    assert_ne!(uid, uid_of(Kind::Node, "", "gpu-2"));
-    assert_ne!(uid, uid_of(Kind::Namespace, "", "gpu-1"));
-    assert_ne!(uid_of(Kind::Claim, "a", "b-c"), uid_of(Kind::Claim, "a-b", "c"));
+    assert_ne!(uid, uid_of(Kind::Node.name(), "", "gpu-2"));
+    assert_ne!(uid, uid_of(Kind::Namespace.name(), "", "gpu-1"));
+    assert_ne!(uid_of(Kind::Claim.name(), "a", "b-c"), uid_of(Kind::Claim.name(), "a-b", "c"));
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn a_lost_node_is_unknown_and_reads_back_not_ready() {
         ..Node::default()
     };
     let object = node::render(&node, None);
-    assert_eq!(object["metadata"]["uid"], json!(uid_of(Kind::Node, "", "gpu-1").as_str()));
+    assert_eq!(object["metadata"]["uid"], json!(uid_of(Kind::Node.name(), "", "gpu-1").as_str()));
     assert_eq!(object["spec"]["unschedulable"], true);
     assert_eq!(
         object["status"]["allocatable"],

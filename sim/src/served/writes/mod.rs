@@ -1,0 +1,138 @@
+//! Writes from served clients (create, update, patch, delete), answered as the API server answers them.
+//!
+//! Every write runs on the world's thread, between two events, at the world's current time, so no event ever sees
+//! half a write. The order of what the API server checks is kept: the request's own fields (kind, name,
+//! namespace), the object as it is now and the preconditions (`metadata.resourceVersion`, a delete's uid and
+//! resourceVersion), the patch, the system fields the API server keeps (uid, creation time, generation, status
+//! through its subresource only), then the kind's own rules.
+//!
+//! A kind the twin models goes to the API server verb its own actors use ([`modelled`]): the same admission, the
+//! same rules, the same watch, and the reaction an actor would schedule. A field the twin models but no verb
+//! changes is refused (422) with a message naming it, never silently dropped. Kinds the twin does not model are
+//! stored as written ([`generic`]).
+//!
+//! Not served yet, each refused with a message saying so: dry run, server-side apply, `deletecollection`.
+
+pub mod generic;
+pub mod meta;
+pub mod modelled;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::apiserver::admission::request::User;
+use crate::served::resources::{Resource, Storage};
+use crate::served::status;
+use crate::served::store::ResourceId;
+use crate::world::World;
+
+/// What a write does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Create,
+    /// PUT: the whole object.
+    Update,
+    Patch,
+    Delete,
+}
+
+/// One write as a client sent it.
+#[derive(Clone, Debug)]
+pub struct WriteRequest {
+    pub verb: Verb,
+    pub resource: &'static Resource,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    /// The body's media type (a patch's says which kind of patch).
+    pub content_type: String,
+    pub body: Vec<u8>,
+    pub user: User,
+    pub dry_run: bool,
+}
+
+/// The API server's answer: a status code and a body (the object written, or a `Status`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub code: u16,
+    pub body: Arc<Value>,
+}
+
+impl Answer {
+    fn object(code: u16, object: Arc<Value>) -> Answer {
+        Answer { code, body: object }
+    }
+
+    /// A refusal: the `Status` body, with its own code.
+    pub fn refused(status: Value) -> Answer {
+        let code = status.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+        Answer { code, body: Arc::new(status) }
+    }
+}
+
+/// A write refused before or while it was applied: the `Status` to answer.
+pub type Refused = Value;
+
+/// What a write left: an object stored (answered as the snapshot serves it once synced), or one gone (answered
+/// with its last state).
+#[derive(Clone, Debug)]
+pub enum Written {
+    Stored { resource: ResourceId, namespace: String, name: String, code: u16 },
+    Gone(Arc<Value>),
+}
+
+impl World {
+    /// Applies a served client's write at the world's current time, and renders what it changed into the snapshot.
+    pub fn served_write(&mut self, request: &WriteRequest) -> Answer {
+        if self.served.is_none() {
+            return Answer::refused(status::status(503, "ServiceUnavailable", "the twin is not served", None));
+        }
+        if request.dry_run {
+            return Answer::refused(status::bad_request("dryRun is not served by the twin"));
+        }
+        let now = self.now();
+        self.api.watch().tick(now);
+        let answer = match self.route(request) {
+            Storage::Generic => self.generic_write(request),
+            Storage::Modelled(kind) => self.modelled_write(kind, request),
+        };
+        let answer = match self.schedule_watch_delivery() {
+            Ok(()) => answer,
+            Err(error) => Err(status::status(500, "InternalError", &error.to_string(), None)),
+        };
+        self.served_sync();
+        match answer {
+            Ok(Written::Stored { resource, namespace, name, code }) => {
+                let snapshot = self.served.as_ref().expect("checked above").snapshot();
+                let snapshot = snapshot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                match snapshot.get(resource, &namespace, &name) {
+                    Some(stored) => Answer::object(code, Arc::clone(&stored.object)),
+                    None => {
+                        Answer::refused(status::status(500, "InternalError", "the written object is not served", None))
+                    }
+                }
+            }
+            Ok(Written::Gone(last)) => Answer::object(200, last),
+            Err(refused) => Answer::refused(refused),
+        }
+    }
+
+    /// Where a request's object lives: the registry's storage, except the settings ConfigMap, the one modelled
+    /// object of a generic resource.
+    fn route(&self, request: &WriteRequest) -> Storage {
+        let settings = request.resource.group.is_empty()
+            && request.resource.plural == "configmaps"
+            && request.namespace.as_deref() == Some(gpuclaim_engine::keys::DEFAULT_CONTROLLER_NAMESPACE)
+            && meta::target_name(request).as_deref() == Some(gpuclaim_engine::keys::SETTINGS_CONFIGMAP);
+        match settings {
+            true => Storage::Modelled(crate::apiserver::Kind::Settings),
+            false => request.resource.storage,
+        }
+    }
+}
+
+/// The object a PATCH makes of `current`. Not served until the patch layer lands: answered 415.
+fn patched(request: &WriteRequest, _current: &Value) -> Result<Value, Refused> {
+    Err(status::unsupported_media_type(request.resource.patch_types()))
+}
