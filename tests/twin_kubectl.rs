@@ -1,0 +1,200 @@
+//! The real kubectl (1.37) against `gpuclaim twin serve` (issue 39): it lists, describes and watches a running
+//! scenario, applies a claim the twin's controller binds, gets the API server's 409 for a stale replace, deletes the
+//! claim (the controller releases its finalizer), and sees a watch from a revision the twin no longer keeps end
+//! with the in-stream 410. Each test has its own twin on a free port and its own kubeconfig. Skips, saying so,
+//! without kubectl.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[path = "support/helm.rs"]
+mod helm;
+
+#[path = "support/kubectl.rs"]
+mod kubectl;
+use kubectl::kubectl;
+
+/// Two nodes, a tenant `team` without a budget, and its VMs with template claims arriving every 30 s on average,
+/// each living 5 minutes.
+const CHURN: &str = "name: churn\nduration: 3h\ncluster:\n  classes: [{name: gpu, resourceName: example.com/gpu, mode: \
+    Passthrough, maxCount: 2}]\n  nodes: [{prefix: gpu-, count: 2, cpu: '64', memory: 256Gi, devices: \
+    {example.com/gpu: 8}}]\n  tenants: [{name: team}]\nworkloads:\n- {tenant: team, prefix: vm, cpu: '1', \
+    memory: 1Gi, arrivalsPerHour: 120, meanLifetime: 5m, gpus: [{claimTemplate: {class: gpu, count: 1}}]}\n";
+
+fn temp_dir() -> PathBuf {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("twin-kubectl-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A served twin of [`CHURN`], killed when dropped.
+struct Twin {
+    child: Child,
+    dir: PathBuf,
+    kubectl: PathBuf,
+}
+
+impl Twin {
+    fn start(kubectl: PathBuf, extra: &[&str]) -> Twin {
+        let dir = temp_dir();
+        let scenario = dir.join("churn.yaml");
+        std::fs::write(&scenario, CHURN).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuclaim"))
+            .args(["twin", "serve", scenario.to_str().unwrap(), "--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.starts_with("serving https://127.0.0.1:"), "the server says where first: {first:?}");
+        Twin { child, dir, kubectl }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.kubectl);
+        command.args(args).env("KUBECONFIG", self.dir.join("kubeconfig")).env("HOME", &self.dir).current_dir(&self.dir);
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs kubectl, which must succeed; its standard output.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Polls `kubectl args` until its output satisfies `done` (at most `limit`).
+    fn until(&self, args: &[&str], limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let output = self.run(args);
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            if output.status.success() && done(&text) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kubectl {args:?} never got there: {text} {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Twin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn kubectl_gets_describes_and_watches_a_running_twin() {
+    let Some(kubectl) = kubectl() else { return };
+    let twin = Twin::start(kubectl, &["--speed", "60"]);
+    let nodes = twin.ok(&["get", "nodes"]);
+    assert!(nodes.contains("gpu-0000") && nodes.contains("gpu-0001"), "{nodes}");
+    let claims =
+        twin.until(&["get", "gpuclaims", "-A", "-o", "name"], Duration::from_secs(30), |text| text.contains("vm-"));
+    let claim = claims.lines().next().unwrap().trim_start_matches("gpuclaim.gpu.cozystack.io/").to_owned();
+    let described = twin.ok(&["describe", "gpuclaim", "-n", "team", &claim]);
+    for expected in ["Name:         ".to_owned() + &claim, "Class Name:  gpu".to_owned(), "Phase:".to_owned()] {
+        assert!(described.contains(&expected), "describe shows {expected:?}: {described}");
+    }
+    // A watch sees launchers come and change.
+    let mut watch =
+        twin.command(&["get", "pods", "-n", "team", "-w", "-o", "name"]).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    for line in lines {
+        seen.push(line.unwrap());
+        if seen.len() >= 8 || start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(seen.len() >= 8, "the watch streamed changes: {seen:?}");
+    assert!(seen.iter().all(|line| line.starts_with("pod/virt-launcher-vm-")), "{seen:?}");
+    let repeated = seen.iter().any(|line| seen.iter().filter(|other| *other == line).count() > 1);
+    assert!(repeated, "a launcher's changes came as modifications: {seen:?}");
+    // kubectl wait starts with the initial events and their bookmark, and completes.
+    twin.ok(&["wait", "--for=jsonpath={.status.phase}=Running", "pod", "--all", "-n", "team", "--timeout=60s"]);
+}
+
+#[test]
+fn kubectl_applies_and_deletes_a_claim_and_a_stale_replace_gets_409() {
+    let Some(kubectl) = kubectl() else { return };
+    let twin = Twin::start(kubectl, &["--speed", "20"]);
+    let claim = "apiVersion: gpu.cozystack.io/v1alpha1\nkind: GPUClaim\nmetadata:\n  name: mine\n  namespace: team\n  \
+                 labels: {team: vision}\nspec:\n  className: gpu\n  count: 2\n";
+    std::fs::write(twin.dir.join("claim.yaml"), claim).unwrap();
+    let applied = twin.ok(&["apply", "-f", "claim.yaml"]);
+    assert_eq!(applied.trim(), "gpuclaim.gpu.cozystack.io/mine created");
+    // The twin's GPU controller binds it, as any tenant's claim.
+    let phase = ["get", "gpuclaim", "mine", "-n", "team", "-o", "jsonpath={.status.phase}/{.metadata.labels.team}"];
+    twin.until(&phase, Duration::from_secs(30), |text| text == "Bound/vision");
+    // A replace from a stale copy is refused with the API server's words.
+    let copy = twin.ok(&["get", "gpuclaim", "mine", "-n", "team", "-o", "json"]);
+    std::fs::write(twin.dir.join("copy.json"), copy.replace("\"vision\"", "\"audio\"")).unwrap();
+    twin.ok(&["replace", "-f", "copy.json"]);
+    let stale = twin.run(&["replace", "-f", "copy.json"]);
+    assert!(!stale.status.success());
+    let stderr = String::from_utf8_lossy(&stale.stderr);
+    let expected = "Error from server (Conflict): error when replacing \"copy.json\": Operation cannot be fulfilled on \
+                    gpuclaims.gpu.cozystack.io \"mine\": the object has been modified; please apply your changes to \
+                    the latest version and try again";
+    assert_eq!(stderr.trim(), expected);
+    // A spec change is refused by the CRD's rule.
+    let changed =
+        twin.ok(&["get", "gpuclaim", "mine", "-n", "team", "-o", "json"]).replace("\"count\": 2", "\"count\": 1");
+    std::fs::write(twin.dir.join("changed.json"), changed).unwrap();
+    let refused = twin.run(&["replace", "-f", "changed.json"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("spec is immutable"), "{stderr}");
+    // Deleted: the controller releases its finalizer, and kubectl's wait for the deletion ends.
+    let deleted = twin.ok(&["delete", "gpuclaim", "mine", "-n", "team", "--timeout=60s"]);
+    assert!(deleted.contains("\"mine\" deleted"), "{deleted}");
+    let gone = twin.run(&["get", "gpuclaim", "mine", "-n", "team"]);
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stderr).trim(),
+        "Error from server (NotFound): gpuclaims.gpu.cozystack.io \"mine\" not found"
+    );
+}
+
+#[test]
+fn a_watch_from_a_revision_the_twin_no_longer_keeps_ends_with_410() {
+    let Some(kubectl) = kubectl() else { return };
+    let twin = Twin::start(kubectl, &["--speed", "600", "--watch-history", "3"]);
+    let list = twin.ok(&["get", "--raw", "/api/v1/namespaces/team/pods"]);
+    let listed: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let old = listed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    // More than three pod changes later, that revision is gone.
+    twin.until(&["get", "pods", "-n", "team", "-o", "name"], Duration::from_secs(30), |text| text.lines().count() >= 4);
+    let raw = format!("/api/v1/namespaces/team/pods?watch=1&resourceVersion={old}");
+    let streamed = twin.ok(&["get", "--raw", &raw]);
+    let event: serde_json::Value = serde_json::from_str(streamed.lines().next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ERROR");
+    assert_eq!((event["object"]["code"].as_u64(), event["object"]["reason"].as_str()), (Some(410), Some("Expired")));
+    assert!(event["object"]["message"].as_str().unwrap().starts_with(&format!("too old resource version: {old} (")));
+    // kubectl wait (a watch with initial events and their bookmark) still completes: the current state is never
+    // too old.
+    let waited = twin.ok(&["wait", "--for=jsonpath={.status.phase}=Active", "namespace/team", "--timeout=60s"]);
+    assert_eq!(waited.trim(), "namespace/team condition met");
+}
