@@ -33,7 +33,12 @@ fn temp_dir() -> PathBuf {
     dir
 }
 
-/// A served twin of [`CHURN`], killed when dropped.
+/// The cluster of [`CHURN`] with no workload: only what a test writes runs.
+const QUIET: &str = "name: quiet\nduration: 3h\ncluster:\n  classes: [{name: gpu, resourceName: example.com/gpu, mode: \
+    Passthrough, maxCount: 2}]\n  nodes: [{prefix: gpu-, count: 2, cpu: '64', memory: 256Gi, devices: \
+    {example.com/gpu: 8}}]\n  tenants: [{name: team}]\n";
+
+/// A served twin of a scenario, killed when dropped.
 struct Twin {
     child: Child,
     dir: PathBuf,
@@ -41,10 +46,11 @@ struct Twin {
 }
 
 impl Twin {
-    fn start(kubectl: PathBuf, extra: &[&str]) -> Twin {
+    fn start(kubectl: PathBuf, scenario: &str, extra: &[&str]) -> Twin {
         let dir = temp_dir();
-        let scenario = dir.join("churn.yaml");
-        std::fs::write(&scenario, CHURN).unwrap();
+        let text = scenario;
+        let scenario = dir.join("scenario.yaml");
+        std::fs::write(&scenario, text).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         let mut child = Command::new(env!("CARGO_BIN_EXE_gpuclaim"))
             .args(["twin", "serve", scenario.to_str().unwrap(), "--listen", "127.0.0.1:0", "--kubeconfig-out"])
@@ -106,7 +112,7 @@ impl Drop for Twin {
 #[test]
 fn kubectl_gets_describes_and_watches_a_running_twin() {
     let Some(kubectl) = kubectl() else { return };
-    let twin = Twin::start(kubectl, &["--speed", "60"]);
+    let twin = Twin::start(kubectl, CHURN, &["--speed", "60"]);
     let nodes = twin.ok(&["get", "nodes"]);
     assert!(nodes.contains("gpu-0000") && nodes.contains("gpu-0001"), "{nodes}");
     let claims =
@@ -141,7 +147,7 @@ fn kubectl_gets_describes_and_watches_a_running_twin() {
 #[test]
 fn kubectl_applies_and_deletes_a_claim_and_a_stale_replace_gets_409() {
     let Some(kubectl) = kubectl() else { return };
-    let twin = Twin::start(kubectl, &["--speed", "20"]);
+    let twin = Twin::start(kubectl, CHURN, &["--speed", "20"]);
     let claim = "apiVersion: gpu.cozystack.io/v1alpha1\nkind: GPUClaim\nmetadata:\n  name: mine\n  namespace: team\n  \
                  labels: {team: vision}\nspec:\n  className: gpu\n  count: 2\n";
     std::fs::write(twin.dir.join("claim.yaml"), claim).unwrap();
@@ -181,7 +187,7 @@ fn kubectl_applies_and_deletes_a_claim_and_a_stale_replace_gets_409() {
 #[test]
 fn a_watch_from_a_revision_the_twin_no_longer_keeps_ends_with_410() {
     let Some(kubectl) = kubectl() else { return };
-    let twin = Twin::start(kubectl, &["--speed", "600", "--watch-history", "3"]);
+    let twin = Twin::start(kubectl, CHURN, &["--speed", "600", "--watch-history", "3"]);
     let list = twin.ok(&["get", "--raw", "/api/v1/namespaces/team/pods"]);
     let listed: serde_json::Value = serde_json::from_str(&list).unwrap();
     let old = listed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
@@ -197,4 +203,50 @@ fn a_watch_from_a_revision_the_twin_no_longer_keeps_ends_with_410() {
     // too old.
     let waited = twin.ok(&["wait", "--for=jsonpath={.status.phase}=Active", "namespace/team", "--timeout=60s"]);
     assert_eq!(waited.trim(), "namespace/team condition met");
+}
+
+#[test]
+fn a_vm_from_the_vm_chart_applied_with_kubectl_runs_and_its_delete_releases_its_claims() {
+    let Some(kubectl) = kubectl() else { return };
+    let Some(helm) = helm::helm() else { return };
+    let twin = Twin::start(kubectl, QUIET, &["--speed", "60"]);
+    let rendered = helm::helm_run_on(
+        &helm,
+        &helm::repository().join("charts/virtual-machine"),
+        &[
+            "template",
+            "trainer",
+            "--namespace",
+            "team",
+            "--set",
+            "resources.cpu=2",
+            "--set",
+            "resources.memory=4Gi",
+            "--set-json",
+            r#"gpus=[{"claimTemplate":{"class":"gpu","count":2}}]"#,
+            "--set-json",
+            r#"_cluster={"gpu-claims-enabled":"true"}"#,
+        ],
+    );
+    std::fs::write(twin.dir.join("vm.yaml"), rendered).unwrap();
+    let applied = twin.ok(&["apply", "-f", "vm.yaml"]);
+    assert_eq!(applied.trim(), "virtualmachine.kubevirt.io/trainer created");
+    let waited = twin.ok(&[
+        "wait",
+        "--for=jsonpath={.status.printableStatus}=Running",
+        "vm/trainer",
+        "-n",
+        "team",
+        "--timeout=60s",
+    ]);
+    assert_eq!(waited.trim(), "virtualmachine.kubevirt.io/trainer condition met");
+    // It runs as any scenario's VM: a VMI on a node, its launcher, a template claim of two units bound there.
+    let vmi = twin.ok(&["get", "vmi", "trainer", "-n", "team", "-o", "jsonpath={.status.phase} {.status.nodeName}"]);
+    assert!(vmi.starts_with("Running gpu-"), "{vmi}");
+    let claim =
+        twin.ok(&["get", "gpuclaim", "trainer-gpu-0", "-n", "team", "-o", "jsonpath={.spec.count} {.status.phase}"]);
+    assert_eq!(claim, "2 Attached");
+    let deleted = twin.ok(&["delete", "vm", "trainer", "-n", "team", "--timeout=60s"]);
+    assert!(deleted.contains("\"trainer\" deleted"), "{deleted}");
+    twin.until(&["get", "vm,vmi,pods,gpuclaims", "-n", "team", "-o", "name"], Duration::from_secs(30), str::is_empty);
 }

@@ -33,6 +33,7 @@ impl World {
             counted_units: Vec::new(),
         };
         self.kubevirt.vms.insert(&namespace, &name, state);
+        self.note_vm(&namespace, &name);
         self.sync_vm(&namespace, &name)
     }
 
@@ -253,6 +254,7 @@ impl World {
     /// (Succeeded), its pods exit, KubeVirt deletes it a moment later, and the tenant then deletes the VM. A VM
     /// stopped before it has a VMI (refused creates, a start backoff) is deleted at once.
     pub(crate) fn stop_vm(&mut self, namespace: &Name, name: &Name) -> Result<(), WorldError> {
+        self.note_vm(namespace, name);
         if let Some(vm) = self.kubevirt.vms.get_mut(namespace, name) {
             vm.halted = true;
             vm.start_failure = None;
@@ -302,6 +304,7 @@ impl World {
 
     /// The tenant deletes a stopped VM, and the held claim it ordered for it.
     fn forget_vm(&mut self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        self.note_vm(namespace, name);
         if let Some(vm) = self.kubevirt.vms.remove(namespace, name)
             && let Some(claim) = vm.ordered_claim
             && self.api.delete_claim(namespace, &claim, None).is_ok()
@@ -382,6 +385,19 @@ impl World {
             Some(phase) if phase.is_final() => "Stopped",
             _ => "Starting",
         })
+    }
+
+    /// A VM as KubeVirt's VM controller holds it: its spec and whether it was stopped (`None`: no such VM).
+    pub fn vm(&self, namespace: &str, name: &str) -> Option<(&VmSpec, bool)> {
+        self.kubevirt.vms.get(namespace, name).map(|vm| (&vm.spec, vm.halted))
+    }
+
+    /// Every VM's namespace and name, sorted.
+    pub fn vm_names(&self) -> Vec<(String, String)> {
+        let mut names: Vec<(String, String)> =
+            self.kubevirt.vms.iter().map(|(namespace, name, _)| (namespace.to_owned(), name.to_owned())).collect();
+        names.sort();
+        names
     }
 
     /// How long a VM's last start waited (asked to run → Running), once it ran.

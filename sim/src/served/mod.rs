@@ -19,6 +19,7 @@ pub mod resources;
 pub mod select;
 pub mod status;
 pub mod store;
+pub mod vms;
 pub mod watch;
 pub mod writes;
 
@@ -58,10 +59,15 @@ fn served_key(key: ObjectKey) -> ObjectKey {
     }
 }
 
-/// The served layer's own state: the snapshot readers share.
+/// The served layer's own state: the snapshot readers share, and the VMs' (KubeVirt's objects, not the API
+/// server's: [`vms`]).
 #[derive(Debug)]
 pub struct ServedApi {
     snapshot: Arc<RwLock<Snapshot>>,
+    /// VMs to render again at the next sync.
+    vms: vms::Noted,
+    /// Each VM's manifest and metadata, by (namespace, name).
+    vm_manifests: BTreeMap<(gpuclaim_engine::model::Name, gpuclaim_engine::model::Name), Manifest>,
 }
 
 impl ServedApi {
@@ -163,9 +169,19 @@ impl World {
             let revision = revision_of(&object, head);
             snapshot.load(resource_of(key.kind), &key.namespace, &key.name, revision, object);
         }
-        let served = ServedApi { snapshot: Arc::new(RwLock::new(snapshot)) };
+        let served = ServedApi {
+            snapshot: Arc::new(RwLock::new(snapshot)),
+            vms: vms::Noted::default(),
+            vm_manifests: BTreeMap::new(),
+        };
         let shared = served.snapshot();
         self.served = Some(Box::new(served));
+        for (namespace, name) in self.vm_names() {
+            self.note_vm(&namespace, &name);
+        }
+        let mut snapshot = shared.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.sync_vms([], &mut snapshot);
+        drop(snapshot);
         shared
     }
 
@@ -185,8 +201,8 @@ impl World {
         let mut written: Vec<(u64, ObjectKey)> = last.into_iter().map(|(key, revision)| (revision, key)).collect();
         written.sort();
         let now = self.time();
-        let served = self.served.as_ref().expect("checked above");
-        let mut snapshot = served.snapshot.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shared = self.served.as_ref().expect("checked above").snapshot();
+        let mut snapshot = shared.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         for (revision, key) in written {
             let resource = resource_of(key.kind);
             let manifests = self.api.manifests_mut().expect("kept while serving");
@@ -204,6 +220,12 @@ impl World {
                 }
             }
         }
+        let vmis = journal
+            .iter()
+            .filter(|(key, _)| key.kind == Kind::Vmi)
+            .map(|(key, _)| (key.namespace.clone(), key.name.clone()));
+        let vmis: Vec<_> = vmis.collect();
+        self.sync_vms(vmis, &mut snapshot);
         snapshot.advance(self.api.revision());
         journal
     }

@@ -61,6 +61,8 @@ pub enum Storage {
     Modelled(Kind),
     /// The served layer's generic store holds them as JSON, with no rule beyond the API server's own.
     Generic,
+    /// KubeVirt's VM controller holds them (VirtualMachines: the twin's KubeVirt state, not the API server's store).
+    VirtualMachines,
 }
 
 /// The verbs of a resource whose collection and items are served (no `deletecollection`).
@@ -328,7 +330,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["vm", "vms"],
         categories: &["all"],
         subresources: &[status("VirtualMachine")],
-        ..row(KUBEVIRT, "v1", "virtualmachines", "virtualmachine", "VirtualMachine", true, Generic)
+        ..row(KUBEVIRT, "v1", "virtualmachines", "virtualmachine", "VirtualMachine", true, Storage::VirtualMachines)
     },
 ];
 

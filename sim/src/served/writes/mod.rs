@@ -96,6 +96,7 @@ impl World {
         let answer = match self.route(request) {
             Storage::Generic => self.generic_write(request),
             Storage::Modelled(kind) => self.modelled_write(kind, request),
+            Storage::VirtualMachines => self.vm_write(request),
         };
         let answer = match self.schedule_watch_delivery() {
             Ok(()) => answer,
@@ -133,6 +134,6 @@ impl World {
 }
 
 /// The object a PATCH makes of `current`. Not served until the patch layer lands: answered 415.
-fn patched(request: &WriteRequest, _current: &Value) -> Result<Value, Refused> {
+pub(crate) fn patched(request: &WriteRequest, _current: &Value) -> Result<Value, Refused> {
     Err(status::unsupported_media_type(request.resource.patch_types()))
 }
