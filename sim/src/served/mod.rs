@@ -10,14 +10,18 @@
 //! The parts: the registry of served resources, one row each ([`resources`]); the discovery and OpenAPI documents
 //! generated from it ([`discovery`]); the API server's Status bodies for refused requests ([`status`]); label and
 //! field selectors as the API server parses and matches them ([`select`]); the served objects and their history
-//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
+//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]); the CRD objects
+//! the twin pre-creates and their printer columns ([`crds`]); the Table answers `kubectl get` asks for, aged on the
+//! twin's clock ([`table`]).
 
+pub mod crds;
 pub mod discovery;
 pub mod list;
 pub mod resources;
 pub mod select;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod watch;
 
 use std::collections::BTreeMap;
