@@ -32,7 +32,7 @@
 //! let now = "2027-01-15T08:03:02Z".parse().unwrap();
 //! let options = table::TableOptions { version, ..Default::default() };
 //! let answer = table::table(pods, &[&pod], now, &options);
-//! let cells = &answer["rows"][0]["cells"];
+//! let cells = answer["rows"][0]["cells"].as_array().unwrap();
 //! assert_eq!(cells[..5], [json!("p1"), json!("0/1"), json!("Pending"), json!("0"), json!("3m2s")]);
 //! ```
 
