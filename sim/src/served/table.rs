@@ -865,12 +865,11 @@ fn service_cells(service: &Value, now: Time) -> Vec<Value> {
 /// A label map as `labels.FormatLabels` writes it without the `<none>`: `k=v` pairs sorted by key, comma-separated.
 fn labels_text(labels: Option<&Value>) -> String {
     let Some(labels) = labels.and_then(Value::as_object) else { return String::new() };
-    // serde_json's maps are ordered by key here (no `preserve_order`), as FormatLabels sorts them.
-    labels
-        .iter()
-        .map(|(key, value)| format!("{key}={}", value.as_str().unwrap_or_default()))
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut pairs: Vec<(&String, &str)> =
+        labels.iter().map(|(key, value)| (key, value.as_str().unwrap_or_default())).collect();
+    // Sorted by key as FormatLabels sorts them, whatever order the map keeps.
+    pairs.sort_unstable();
+    pairs.iter().map(|(key, value)| format!("{key}={value}")).collect::<Vec<_>>().join(",")
 }
 
 /// A label selector as `metav1.LabelSelectorAsSelector(...).String()` writes it: requirements sorted by key.
