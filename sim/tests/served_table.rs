@@ -653,3 +653,55 @@ fn printer_columns_are_the_crds() {
         ]
     );
 }
+
+#[test]
+fn ages_in_the_future_are_invalid_and_missing_ones_unknown() {
+    let lease = |name: &str, created: Option<&str>| {
+        let mut lease = json!({"metadata": {"name": name}, "spec": {"holderIdentity": "controller-0"}});
+        if let Some(created) = created {
+            lease["metadata"]["creationTimestamp"] = created.into();
+        }
+        lease
+    };
+    let (skewed, ahead, unknown) = (
+        lease("skewed", Some("2027-01-15T08:00:01Z")),
+        lease("ahead", Some("2027-01-15T08:00:02Z")),
+        lease("none", None),
+    );
+    let answer =
+        table::table(row("coordination.k8s.io", "v1", "leases"), &[&skewed, &ahead, &unknown], at(CREATED), &options());
+    assert_eq!(names(&columns(&answer)), ["Name", "Holder", "Age"]);
+    assert_eq!(
+        cells(&answer),
+        [
+            vec![json!("skewed"), json!("controller-0"), json!("0s")],
+            vec![json!("ahead"), json!("controller-0"), json!("<invalid>")],
+            vec![json!("none"), json!("controller-0"), json!("<unknown>")],
+        ]
+    );
+}
+
+#[test]
+fn a_crd_that_lists_no_columns_prints_name_and_age() {
+    // KubeVirt's own operator CRD: custom (its group is), but the twin pre-creates no CRD for it, so it lists none.
+    let kubevirts = Resource {
+        group: "kubevirt.io",
+        version: "v1",
+        plural: "kubevirts",
+        singular: "kubevirt",
+        kind: "KubeVirt",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        verbs: &[],
+        subresources: &[],
+        field_labels: &[],
+        storage: resources::Storage::Generic,
+    };
+    assert!(kubevirts.is_custom() && crds::printer_columns(&kubevirts).is_empty());
+    let object = json!({"metadata": {"name": "kubevirt", "creationTimestamp": CREATED}});
+    let answer = table::table(&kubevirts, &[&object], at("2027-01-15T08:00:42Z"), &options());
+    assert_eq!(names(&columns(&answer)), ["Name", "Age"]);
+    assert_eq!(answer["columnDefinitions"][1]["type"], "date");
+    assert_eq!(cells(&answer), [vec![json!("kubevirt"), json!("42s")]]);
+}
