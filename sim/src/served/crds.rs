@@ -59,12 +59,13 @@ const CERT_MANAGER_LABELS: &[(&str, &str)] = &[("app", "cert-manager")];
 const AGE: Column = column("Age", "date", ".metadata.creationTimestamp");
 const CERT_MANAGER_AGE: Column = Column { description: Some(CREATION_TIMESTAMP_DOC), ..AGE };
 const KUBEVIRT_READY: Column = column("Ready", "string", ".status.conditions[?(@.type=='Ready')].status");
-const CERT_MANAGER_READY: Column = column("Ready", "string", ".status.conditions[?(@.type==\"Ready\")].status");
+const CERT_MANAGER_READY: Column = column("Ready", "string", ".status.conditions[?(@.type == \"Ready\")].status");
 const CERT_MANAGER_STATUS: Column =
-    Column { priority: 1, ..column("Status", "string", ".status.conditions[?(@.type==\"Ready\")].message") };
+    Column { priority: 1, ..column("Status", "string", ".status.conditions[?(@.type == \"Ready\")].message") };
 
 /// The stand-ins, with the printer columns of kubevirt/kubevirt `pkg/virt-operator/resource/generate/components/
-/// crds.go` and of cert-manager's chart (`certificates.cert-manager.io`, `issuers.cert-manager.io`).
+/// crds.go` and of cert-manager's CRDs (cert-manager/cert-manager `deploy/crds/cert-manager.io_certificates.yaml`,
+/// `cert-manager.io_issuers.yaml`).
 const STAND_INS: &[StandIn] = &[
     StandIn {
         group: "kubevirt.io",

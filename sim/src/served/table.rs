@@ -241,7 +241,7 @@ fn row(printer: &Printer, object: &Value, now: Time, options: &TableOptions) -> 
 }
 
 /// apimachinery's `duration.HumanDuration`: about two significant figures (`45s`, `3m2s`, `65m`, `3h4m`, `2d3h`,
-/// `8d`, `3y45d`, `9y`). Up to two seconds in the future reads `0s` (clock skew); further is `<invalid>`.
+/// `8d`, `3y45d`, `9y`). Less than two seconds in the future reads `0s` (clock skew); further is `<invalid>`.
 pub fn human_duration(elapsed: SignedDuration) -> String {
     let seconds = elapsed.as_secs();
     if seconds < -1 {
@@ -1173,7 +1173,8 @@ mod tests {
             {"type": "Paused", "status": "False"},
             {"type": "Ready", "status": "True"},
         ]}});
-        let path = parse_path(".status.conditions[?(@.type==\"Ready\")].status").unwrap();
+        // cert-manager's CRDs write the filter with spaces and double quotes.
+        let path = parse_path(".status.conditions[?(@.type == \"Ready\")].status").unwrap();
         assert_eq!(evaluate(&path, &object), vec![&json!("True")]);
         let all = parse_path(".status.conditions[*].type").unwrap();
         assert_eq!(evaluate(&all, &object), vec![&json!("Paused"), &json!("Ready")]);
