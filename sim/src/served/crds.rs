@@ -5,7 +5,7 @@
 //! Ours are exactly what `gpuclaim crds` prints: `GPUClass::crd()` and its siblings, generated from
 //! `gpuclaim_engine::api`. KubeVirt's and cert-manager's are stand-ins: the names, scope, version, `status`
 //! subresource and printer columns of the real CRDs (KubeVirt's `virt-operator` CRD generator, cert-manager's
-//! chart), with a schema that keeps every field (`x-kubernetes-preserve-unknown-fields`), since the twin does not
+//! `deploy/crds`), with a schema that keeps every field (`x-kubernetes-preserve-unknown-fields`), since the twin does not
 //! validate those kinds' objects. The names come from the registry row, so the two cannot disagree; only the v1
 //! version is listed, the one the twin serves (KubeVirt's CRDs also list the deprecated `v1alpha3`).
 //!
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::resources::{RESOURCES, Resource};
 
-/// The description cert-manager's chart gives its Age columns (ObjectMeta's `creationTimestamp` doc, first part).
+/// The description cert-manager's CRDs give their Age columns (ObjectMeta's `creationTimestamp` doc, first part).
 const CREATION_TIMESTAMP_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object \
      was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not \
      set this value. It is represented in RFC3339 form and is in UTC.";
@@ -48,7 +48,7 @@ const fn column(name: &'static str, type_: &'static str, json_path: &'static str
 struct StandIn {
     group: &'static str,
     plural: &'static str,
-    /// The CRD object's labels (KubeVirt labels its CRDs `kubevirt.io: ""`; cert-manager's chart `app`).
+    /// The CRD object's labels (KubeVirt labels its CRDs `kubevirt.io: ""`; cert-manager's Helm chart `app`).
     labels: &'static [(&'static str, &'static str)],
     columns: &'static [Column],
 }
