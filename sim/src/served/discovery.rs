@@ -24,6 +24,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha512};
 
+use super::media::{self, MediaRange};
 use super::resources::{self, Resource};
 
 /// The version the twin reports, as the API server it stands for.
@@ -221,13 +222,7 @@ fn aggregated_resource(resource: &Resource) -> Value {
 /// `application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList` with the aggregated one; any other range
 /// (protobuf, v2beta1, a Table) is skipped. A header with no range it can answer reads as legacy.
 pub fn accepts_aggregated(accept: &str) -> bool {
-    let mut ranges: Vec<MediaRange<'_>> =
-        accept.split(',').filter_map(MediaRange::parse).filter(|range| range.quality_millis > 0).collect();
-    ranges.sort_by_key(|range| std::cmp::Reverse(range.quality_millis));
-    match ranges.iter().find_map(MediaRange::answer) {
-        Some(answer) => answer == Answer::Aggregated,
-        None => false,
-    }
+    media::ranges(accept).iter().find_map(answer) == Some(Answer::Aggregated)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,67 +231,18 @@ enum Answer {
     Aggregated,
 }
 
-/// One media range of an Accept header: `type/subtype;name=value;...`.
-#[derive(Debug)]
-struct MediaRange<'a> {
-    essence: &'a str,
-    /// The parameters but `q`, names lowercased.
-    parameters: Vec<(String, &'a str)>,
-    /// `q` in thousandths (1000 when absent).
-    quality_millis: u32,
-}
-
-impl<'a> MediaRange<'a> {
-    fn parse(text: &'a str) -> Option<MediaRange<'a>> {
-        let mut parts = text.split(';');
-        let essence = parts.next()?.trim();
-        if essence.is_empty() {
-            return None;
-        }
-        let mut parameters = Vec::new();
-        let mut quality_millis = 1000;
-        for parameter in parts {
-            let (name, value) = parameter.split_once('=')?;
-            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().trim_matches('"'));
-            if name == "q" {
-                quality_millis = quality(value)?;
-            } else {
-                parameters.push((name, value));
-            }
-        }
-        Some(MediaRange { essence, parameters, quality_millis })
-    }
-
-    /// The document this range accepts, if the server can answer it.
-    fn answer(&self) -> Option<Answer> {
-        let essence = self.essence.to_ascii_lowercase();
-        let json = essence == "application/json";
-        if !json && essence != "*/*" && essence != "application/*" {
-            return None;
-        }
-        let parameter = |name: &str| self.parameters.iter().find(|(key, _)| key == name).map(|(_, value)| *value);
-        match (parameter("g"), parameter("v"), parameter("as")) {
-            (None, None, None) => Some(Answer::Legacy),
-            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) if json => {
-                Some(Answer::Aggregated)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// An HTTP quality value (`0`, `0.5`, `1.000`) in thousandths; `None` if it is not one.
-fn quality(text: &str) -> Option<u32> {
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    if fraction.len() > 3 || !fraction.bytes().all(|byte| byte.is_ascii_digit()) {
+/// The document `range` accepts, if the server can answer it.
+fn answer(range: &MediaRange<'_>) -> Option<Answer> {
+    if !range.takes_json() {
         return None;
     }
-    let millis = match whole {
-        "0" => fraction.bytes().chain(std::iter::repeat(b'0')).take(3).fold(0, |n, b| n * 10 + u32::from(b - b'0')),
-        "1" if fraction.bytes().all(|byte| byte == b'0') => 1000,
-        _ => return None,
-    };
-    Some(millis)
+    match (range.parameter("g"), range.parameter("v"), range.parameter("as")) {
+        (None, None, None) => Some(Answer::Legacy),
+        (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) if range.is_json() => {
+            Some(Answer::Aggregated)
+        }
+        _ => None,
+    }
 }
 
 /// The OpenAPI v3 index (`/openapi/v3`): every served group version's document path, with its hash.
