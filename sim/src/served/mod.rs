@@ -10,10 +10,12 @@
 //! The parts: the registry of served resources, one row each ([`resources`]); the discovery and OpenAPI documents
 //! generated from it ([`discovery`]); the API server's Status bodies for refused requests ([`status`]); label and
 //! field selectors as the API server parses and matches them ([`select`]); the served objects and their history
-//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]).
+//! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]); PATCH's
+//! three patch types applied as the API server applies them ([`patch`]).
 
 pub mod discovery;
 pub mod list;
+pub mod patch;
 pub mod resources;
 pub mod select;
 pub mod status;
