@@ -6,8 +6,10 @@
 //! - A list whose field has no strategy ([`strategic_meta`]) is replaced.
 //! - A list merged by key: each patch item merges into the live item of the same key, or is appended; an item
 //!   `{"<key>": v, "$patch": "delete"}` removes the live one; an item `{"$patch": "replace"}` makes the patch's
-//!   other items the whole list. Patch items come first in the patch's order, live items not in the patch keep
-//!   their place relative to them.
+//!   other items the whole list. The order is apimachinery's `normalizeElementOrder`: patch items in the patch's
+//!   order, live items in the live order, a live item going ahead of a patch item only when the live list has both
+//!   and has it first, so an item new to the list lands ahead of the live items not in the patch (a container
+//!   added by `kubectl patch` comes first; kubectl's apply sends `$setElementOrder` to say otherwise).
 //! - A list of primitives merged as a set takes the union; `$deleteFromPrimitiveList/<field>` removes values.
 //! - `$setElementOrder/<field>` (what kubectl's three-way apply sends beside a changed list) sets the order of the
 //!   items it names; live items it does not name keep their place relative to them.
