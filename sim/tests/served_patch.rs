@@ -297,6 +297,19 @@ fn copies_that_would_grow_an_object_without_bound_are_refused() {
 }
 
 #[test]
+fn copies_into_their_own_child_cannot_nest_an_object_without_bound() {
+    let mut operations = vec![json!({"op": "add", "path": "/a", "value": {}})];
+    operations.extend((0..5_000).map(|_| json!({"op": "copy", "from": "/a", "path": "/a/x"})));
+    let body = serde_json::to_vec(&operations).unwrap();
+    let error = patch::apply(pods(), PatchType::Json, &json!({}), &body).unwrap_err();
+    assert_eq!(error.status(), generic_invalid());
+    // A few levels are fine.
+    let body = serde_json::to_vec(&operations[..20]).unwrap();
+    let patched = patch::apply(pods(), PatchType::Json, &json!({}), &body).unwrap();
+    assert!(patched.pointer(&"/x".repeat(19).replacen("/x", "/a/x", 1)).is_some());
+}
+
+#[test]
 fn malformed_bodies_get_the_api_servers_400() {
     let pod = json!({"metadata": {"name": "p"}});
     let cases: &[(PatchType, &[u8], &str)] = &[
@@ -381,6 +394,27 @@ fn any_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A JSON patch operation of any kind on paths that may or may not exist.
+fn any_operation() -> impl Strategy<Value = Value> {
+    let op = prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test", "bogus"]);
+    let path = || {
+        prop::sample::select(vec![
+            "",
+            "/a",
+            "/a/0",
+            "/a/-",
+            "/a/name",
+            "/metadata",
+            "/metadata/name",
+            "/a/b/c",
+            "/~1x",
+            "a",
+        ])
+    };
+    (op, path(), path(), any_json())
+        .prop_map(|(op, path, from, value)| json!({"op": op, "path": path, "from": from, "value": value}))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, rng_seed: proptest::test_runner::RngSeed::Fixed(39), ..ProptestConfig::default() })]
 
@@ -392,6 +426,15 @@ proptest! {
                 let _ = patch::apply(resource, patch_type, &current, &body);
                 let _ = patch::apply(resource, patch_type, &current, &bytes);
             }
+        }
+    }
+
+    #[test]
+    fn no_json_patch_panics(current in any_json(), operations in prop::collection::vec(any_operation(), 0..12)) {
+        let body = serde_json::to_vec(&operations).unwrap();
+        let current = json!({"metadata": {"name": "p"}, "a": current});
+        if let Ok(patched) = patch::apply(pods(), PatchType::Json, &current, &body) {
+            prop_assert!(patched.is_object());
         }
     }
 

@@ -280,17 +280,61 @@ fn json_patch_apply(current: &Value, body: &[u8]) -> Result<Value, PatchError> {
         serde_json::from_value(Value::Array(operations)).map_err(|error| failed(error.to_string()))?;
     // One operation at a time on a copy: a failure discards the copy, so nothing is undone.
     let mut patched = current.clone();
-    let mut copied_bytes = 0usize;
+    let mut bounds = Bounds { depth: depth_of(current), copied_bytes: 0 };
     for operation in &patch.0 {
-        if let json_patch::PatchOperation::Copy(copy) = operation {
-            let size = patched.pointer(copy.from.as_str()).map(|from| from.to_string().len()).unwrap_or(0);
-            copied_bytes = copied_bytes.saturating_add(size);
-            if copied_bytes > JSON_PATCH_COPIED_BYTES_MAX {
-                return Err(failed(format!("the copies would use more than {JSON_PATCH_COPIED_BYTES_MAX} bytes")));
-            }
-        }
+        bounds.admit(operation, &patched).map_err(failed)?;
         json_patch::patch_unsafe(&mut patched, std::slice::from_ref(operation))
             .map_err(|error| failed(error.to_string()))?;
     }
     Ok(patched)
+}
+
+/// What a JSON patch's operations may grow an object to: each operation is admitted before it runs, so a patch
+/// cannot build an object too deep to drop or print without exhausting the stack, nor copy without bound.
+struct Bounds {
+    /// An upper bound on the object's depth.
+    depth: usize,
+    copied_bytes: usize,
+}
+
+impl Bounds {
+    fn admit(&mut self, operation: &json_patch::PatchOperation, patched: &Value) -> Result<(), String> {
+        use json_patch::PatchOperation;
+        let depth = match operation {
+            PatchOperation::Add(add) => add.path.count() + depth_of(&add.value),
+            PatchOperation::Replace(replace) => replace.path.count() + depth_of(&replace.value),
+            // The value moved or copied sits `from.count()` levels down, so it is at most `depth - that` deep.
+            PatchOperation::Move(moved) => moved.path.count() + self.depth.saturating_sub(moved.from.count()),
+            PatchOperation::Copy(copy) => {
+                let size = patched.pointer(copy.from.as_str()).map(|from| from.to_string().len()).unwrap_or(0);
+                self.copied_bytes = self.copied_bytes.saturating_add(size);
+                if self.copied_bytes > JSON_PATCH_COPIED_BYTES_MAX {
+                    return Err(format!("the copies would use more than {JSON_PATCH_COPIED_BYTES_MAX} bytes"));
+                }
+                copy.path.count() + self.depth.saturating_sub(copy.from.count())
+            }
+            PatchOperation::Remove(_) | PatchOperation::Test(_) => 0,
+        };
+        self.depth = self.depth.max(depth);
+        if self.depth > strategic::DEPTH_MAX {
+            return Err(format!("the patched object would be nested deeper than {} levels", strategic::DEPTH_MAX));
+        }
+        Ok(())
+    }
+}
+
+/// How many levels of arrays and objects `value` nests (0 for a scalar), without recursion.
+fn depth_of(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
 }
