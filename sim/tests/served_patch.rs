@@ -349,6 +349,24 @@ fn malformed_bodies_get_the_api_servers_400() {
 }
 
 #[test]
+fn long_lists_merge_by_lookups_not_scans() {
+    // 20,000 live items and 20,000 patch items: quadratic work would take minutes in a debug build.
+    let count = 20_000;
+    let live_env: Vec<Value> = (0..count).map(|at| json!({"name": format!("L{at}"), "value": "1"})).collect();
+    let patch_env: Vec<Value> = (0..count).map(|at| json!({"name": format!("P{at}"), "value": "2"})).collect();
+    let live_finalizers: Vec<Value> = (0..count).map(|at| json!(format!("l{at}"))).collect();
+    let patch_finalizers: Vec<Value> = (0..count).map(|at| json!(format!("p{at}"))).collect();
+    let pod = json!({"metadata": {"finalizers": live_finalizers}, "spec": {"containers": [{"name": "app", "env": live_env}]}});
+    let body = serde_json::to_vec(&json!({"metadata": {"finalizers": patch_finalizers},
+        "spec": {"containers": [{"name": "app", "env": patch_env}]}}))
+    .unwrap();
+    let patched = patch::apply(pods(), PatchType::Strategic, &pod, &body).unwrap();
+    assert_eq!(patched["metadata"]["finalizers"].as_array().unwrap().len(), 2 * count);
+    let env = patched["spec"]["containers"][0]["env"].as_array().unwrap();
+    assert_eq!((env.len(), &env[0]["name"], &env[count]["name"]), (2 * count, &json!("P0"), &json!("L0")));
+}
+
+#[test]
 fn a_refused_strategic_patch_names_the_field() {
     let pod = json!({"spec": {"containers": [{"name": "app"}]}});
     let body = br#"{"spec":{"containers":[{"image":"x"}]}}"#;

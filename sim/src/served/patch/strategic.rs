@@ -22,6 +22,7 @@
 //!
 //! Recursion follows the patch's nesting, which the JSON parser bounds ([`DEPTH_MAX`] levels).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
@@ -323,11 +324,15 @@ fn merge_list(
     }
     let items_path = format!("{path}[]");
     match element_kind(&live, &patch, path)? {
-        ElementKind::Scalar if delete_list => Ok(live.into_iter().filter(|item| !patch.contains(item)).collect()),
+        ElementKind::Scalar if delete_list => {
+            let doomed = identities(&patch, None);
+            Ok(live.into_iter().filter(|item| !identity(item, None).is_some_and(|id| doomed.contains(&id))).collect())
+        }
         ElementKind::Scalar => {
             let mut merged: Vec<Value> = Vec::with_capacity(live.len() + patch.len());
+            let mut seen = BTreeSet::new();
             for item in live.iter().chain(&patch) {
-                if !merged.contains(item) {
+                if identity(item, None).is_some_and(|id| seen.insert(id)) {
                     merged.push(item.clone());
                 }
             }
@@ -338,23 +343,20 @@ fn merge_list(
             let Some(key) = key else { return refuse(path, Refusal::MapsWithoutKey) };
             let (live, patch) = special_items(live, patch, key, path)?;
             let mut merged = live.clone();
+            let mut by_key = positions(&merged, Some(key));
+            let of = field.and_then(|field| field.of);
             for item in &patch {
-                let wanted = key_value(item, key, path)?;
-                let mut found = None;
-                for (index, candidate) in merged.iter().enumerate() {
-                    if candidate.get(key) == Some(wanted) {
-                        found = Some(index);
-                        break;
-                    }
-                }
+                let wanted = key_value(item, key, path)?.to_string();
                 let Value::Object(item_map) = item.clone() else { continue };
-                let of = field.and_then(|field| field.of);
-                match found {
-                    Some(index) => {
+                match by_key.get(&wanted) {
+                    Some(&index) => {
                         let Value::Object(live_item) = std::mem::take(&mut merged[index]) else { continue };
                         merged[index] = Value::Object(merge_map(live_item, item_map, of, &items_path, depth + 1)?);
                     }
-                    None => merged.push(Value::Object(merge_map(Map::new(), item_map, of, &items_path, depth + 1)?)),
+                    None => {
+                        by_key.insert(wanted, merged.len());
+                        merged.push(Value::Object(merge_map(Map::new(), item_map, of, &items_path, depth + 1)?));
+                    }
                 }
             }
             let (named, unnamed) = partition(merged, &patch, Some(key), path)?;
@@ -408,6 +410,7 @@ fn special_items(
 ) -> Result<(Vec<Value>, Vec<Value>), StrategicError> {
     let mut plain = Vec::with_capacity(patch.len());
     let mut replace = false;
+    let mut doomed = BTreeSet::new();
     for item in patch {
         let Some(directive) = item.get(DIRECTIVE) else {
             plain.push(item);
@@ -415,8 +418,7 @@ fn special_items(
         };
         match directive.as_str() {
             Some("delete") => {
-                let doomed = key_value(&item, key, path)?.clone();
-                live.retain(|candidate| candidate.get(key) != Some(&doomed));
+                doomed.insert(key_value(&item, key, path)?.to_string());
             }
             Some("replace") => replace = true,
             Some("merge") => return refuse(path, Refusal::MergeDirectiveInList),
@@ -426,6 +428,7 @@ fn special_items(
             }
         }
     }
+    live.retain(|candidate| !identity(candidate, Some(key)).is_some_and(|id| doomed.contains(&id)));
     Ok(if replace { (plain, Vec::new()) } else { (live, plain) })
 }
 
@@ -436,42 +439,64 @@ fn partition(
     merge_key: Option<&str>,
     path: &str,
 ) -> Result<(Vec<Value>, Vec<Value>), StrategicError> {
+    let named_ids = identities(by, merge_key);
     let (mut named, mut unnamed) = (Vec::new(), Vec::new());
     for item in items {
-        let found = match merge_key {
-            None => by.contains(&item),
-            Some(key) => {
-                let wanted = key_value(&item, key, path)?;
-                by.iter().any(|candidate| candidate.get(key) == Some(wanted))
-            }
+        let id = match merge_key {
+            None => item.to_string(),
+            Some(key) => key_value(&item, key, path)?.to_string(),
         };
-        if found { named.push(item) } else { unnamed.push(item) }
+        if named_ids.contains(&id) { named.push(item) } else { unnamed.push(item) }
     }
     Ok((named, unnamed))
 }
 
-/// The position of `item` in `order` (by merge key, or by value).
-fn position(order: &[Value], item: &Value, merge_key: Option<&str>) -> Option<usize> {
-    match merge_key {
-        None => order.iter().position(|candidate| candidate == item),
-        Some(key) => {
-            let wanted = item.get(key)?;
-            order.iter().position(|candidate| candidate.get(key) == Some(wanted))
+/// What identifies a list item: the value of its merge key, or the item itself for primitives, as JSON text (so
+/// lookups are by ordered maps, not by scanning: a patch's lists are as long as its sender makes them).
+fn identity(item: &Value, merge_key: Option<&str>) -> Option<String> {
+    let value = match merge_key {
+        None => item,
+        Some(key) => item.get(key)?,
+    };
+    Some(value.to_string())
+}
+
+fn identities(list: &[Value], merge_key: Option<&str>) -> BTreeSet<String> {
+    list.iter().filter_map(|item| identity(item, merge_key)).collect()
+}
+
+/// The first position of each item of `list`, by identity.
+fn positions(list: &[Value], merge_key: Option<&str>) -> BTreeMap<String, usize> {
+    let mut positions = BTreeMap::new();
+    for (index, item) in list.iter().enumerate() {
+        if let Some(id) = identity(item, merge_key) {
+            positions.entry(id).or_insert(index);
         }
     }
+    positions
 }
 
 /// The final order: `named` sorted by `order`, `unnamed` by the live list, then interleaved, an unnamed item going
-/// before a named one exactly when the live list has it first (apimachinery's `normalizeElementOrder`).
+/// before a named one exactly when the live list has both and has it first (apimachinery's
+/// `normalizeElementOrder`).
 fn interleave(
-    mut named: Vec<Value>,
-    mut unnamed: Vec<Value>,
+    named: Vec<Value>,
+    unnamed: Vec<Value>,
     order: &[Value],
     live: &[Value],
     merge_key: Option<&str>,
 ) -> Vec<Value> {
-    named.sort_by_key(|item| position(order, item, merge_key).unwrap_or(usize::MAX));
-    unnamed.sort_by_key(|item| position(live, item, merge_key).unwrap_or(usize::MAX));
+    let (order_at, live_at) = (positions(order, merge_key), positions(live, merge_key));
+    let place = |positions: &BTreeMap<String, usize>, item: &Value| {
+        identity(item, merge_key).and_then(|id| positions.get(&id).copied())
+    };
+    let sorted = |items: Vec<Value>, by: &BTreeMap<String, usize>| {
+        let mut keyed: Vec<(usize, Value)> =
+            items.into_iter().map(|item| (place(by, &item).unwrap_or(usize::MAX), item)).collect();
+        keyed.sort_by_key(|(at, _)| *at);
+        keyed.into_iter().map(|(_, item)| (place(&live_at, &item), item)).collect::<Vec<_>>()
+    };
+    let (named, unnamed) = (sorted(named, &order_at), sorted(unnamed, &live_at));
     let mut all = Vec::with_capacity(named.len() + unnamed.len());
     let (mut named, mut unnamed) = (named.into_iter().peekable(), unnamed.into_iter().peekable());
     loop {
@@ -479,13 +504,11 @@ fn interleave(
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some(left), Some(right)) => match (position(live, left, merge_key), position(live, right, merge_key)) {
-                (Some(left), Some(right)) => left < right,
-                _ => false,
-            },
+            (Some((Some(left), _)), Some((Some(right), _))) => left < right,
+            (Some(_), Some(_)) => false,
         };
         let next = if take_unnamed { unnamed.next() } else { named.next() };
-        all.extend(next);
+        all.extend(next.map(|(_, item)| item));
     }
     all
 }
