@@ -338,3 +338,30 @@ fn depth_of(value: &Value) -> usize {
     }
     deepest
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn go_error(body: &str) -> String {
+        let error = serde_json::from_str::<Value>(body).unwrap_err();
+        go_json_error(&error, body.as_bytes())
+    }
+
+    #[test]
+    fn syntax_errors_are_worded_as_go_words_them() {
+        assert_eq!(go_error(""), "unexpected end of JSON input");
+        assert_eq!(go_error("{\"a\":"), "unexpected end of JSON input");
+        assert_eq!(go_error("}"), "invalid character '}' looking for beginning of value");
+        assert_eq!(go_error("{\"a\" 1}"), "invalid character '1' after object key");
+        assert_eq!(go_error("{\"a\":1 \"b\":2}"), "invalid character '\"' after object key:value pair");
+        assert_eq!(go_error("[1 2]"), "invalid character '2' after array element");
+        assert_eq!(go_error("{'a':1}"), r"invalid character '\'' looking for beginning of object key string");
+    }
+
+    #[test]
+    fn depth_counts_levels_of_nesting() {
+        assert_eq!(depth_of(&serde_json::json!(1)), 0);
+        assert_eq!(depth_of(&serde_json::json!({"a": [1, {"b": {}}]})), 4);
+    }
+}

@@ -193,7 +193,8 @@ fn retain_keys(
 ) -> Result<(), StrategicError> {
     let Some(retained) = patch.remove(RETAIN_KEYS) else { return Ok(()) };
     let Value::Array(retained) = retained else { return refuse(path, Refusal::BadRetainKeys) };
-    let named = |key: &str| retained.iter().any(|name| name.as_str() == Some(key));
+    let retained: BTreeSet<&str> = retained.iter().filter_map(Value::as_str).collect();
+    let named = |key: &str| retained.contains(key);
     for (key, value) in patch.iter() {
         let directive = key.starts_with(DELETE_FROM_PRIMITIVE_LIST) || key.starts_with(SET_ELEMENT_ORDER);
         if !value.is_null() && !directive && !named(key) {
@@ -566,5 +567,41 @@ fn write_go(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn values(names: &[&str]) -> Vec<Value> {
+        names.iter().map(|name| json!(name)).collect()
+    }
+
+    #[test]
+    fn live_items_keep_their_place_around_patch_items() {
+        let live = values(&["a", "b", "c", "d"]);
+        // `c` and the new `x` are the patch's; `a`, `b`, `d` stay where the live list has them relative to `c`.
+        let order = values(&["x", "c"]);
+        let merged = interleave(values(&["x", "c"]), values(&["a", "b", "d"]), &order, &live, None);
+        assert_eq!(merged, values(&["x", "a", "b", "c", "d"]));
+    }
+
+    #[test]
+    fn go_formats_values_as_percent_v_prints_them() {
+        let value = json!({"b": [1, "x", null], "a": {"c": true}});
+        assert_eq!(go_format(&value), "map[a:map[c:true] b:[1 x <nil>]]");
+    }
+
+    #[test]
+    fn a_refusal_names_the_list_it_is_about() {
+        let patch = json!({"spec": {"containers": [{"name": "app", "env": [{"value": "1"}]}]}});
+        let original = json!({"spec": {"containers": [{"name": "app"}]}});
+        let of = super::super::strategic_meta::of_kind("Pod");
+        let refused = apply(of, &original, patch.as_object().unwrap()).unwrap_err();
+        assert_eq!(refused.field, "spec.containers[].env");
+        assert_eq!(refused.reason, Refusal::NoMergeKey { map: "map[value:1]".into(), key: "name".into() });
     }
 }
