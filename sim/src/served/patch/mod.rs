@@ -12,7 +12,9 @@
 //!
 //! A malformed body answers 400 with the API server's prefix (`error decoding patch: ` for JSON and merge patches,
 //! none for a strategic one) and Go's `encoding/json` wording for the common syntax errors (`invalid character 'x'
-//! looking for beginning of value`, `unexpected end of JSON input`). A result that is not an object answers 422
+//! looking for beginning of value`, `unexpected end of JSON input`): the wording under `fieldValidation` Warn (the
+//! API server's default) and Strict (kubectl's), whose strict decoder reads the body first; duplicate fields, which
+//! that decoder reports, are not (serde_json keeps the last). A result that is not an object answers 422
 //! `Invalid` on the field `patch`. Preconditions a patch carries (`metadata.resourceVersion`) are the caller's to
 //! check against the result.
 //!
