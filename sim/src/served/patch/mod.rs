@@ -41,9 +41,9 @@ use super::status::{self, Cause, Details};
 /// The most operations a JSON patch may hold (the API server's `maxJSONPatchOperations`).
 pub const JSON_PATCH_OPERATIONS_MAX: usize = 10_000;
 
-/// The most bytes a JSON patch's `copy` operations may copy in all, so a patch cannot grow an object without bound
-/// (the API server bounds them too: `AccumulatedCopySizeLimit`).
-pub const JSON_PATCH_COPIED_BYTES_MAX: usize = 3 * 3 * 1024 * 1024;
+/// The most bytes a JSON patch's `copy` operations may copy in all, so a patch cannot grow an object without bound:
+/// the API server's default `JSONPatchMaxCopyBytes` (3 MiB, which arms json-patch's `AccumulatedCopySizeLimit`).
+pub const JSON_PATCH_COPIED_BYTES_MAX: usize = 3 * 1024 * 1024;
 
 /// A patch's type, from its `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
