@@ -11,14 +11,16 @@
 //! generated from it ([`discovery`]); the API server's Status bodies for refused requests ([`status`]); label and
 //! field selectors as the API server parses and matches them ([`select`]); the served objects and their history
 //! ([`store`]); LIST with pages ([`list`]); where a WATCH starts and what it is sent ([`watch`]); clients' writes
-//! ([`writes`]); VirtualMachines, KubeVirt's objects ([`vms`]); the CRD objects the twin pre-creates and their
-//! printer columns ([`crds`]); the Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the
-//! media ranges of an Accept header ([`media`]).
+//! ([`writes`]); PATCH's three patch types applied as the API server applies them ([`patch`]); VirtualMachines,
+//! KubeVirt's objects ([`vms`]); the CRD objects the twin pre-creates and their printer columns ([`crds`]); the
+//! Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the media ranges of an Accept header
+//! ([`media`]).
 
 pub mod crds;
 pub mod discovery;
 pub mod list;
 pub mod media;
+pub mod patch;
 pub mod resources;
 pub mod select;
 pub mod status;

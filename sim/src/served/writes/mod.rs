@@ -11,7 +11,8 @@
 //! changes is refused (422) with a message naming it, never silently dropped. Kinds the twin does not model are
 //! stored as written ([`generic`]).
 //!
-//! Not served yet, each refused with a message saying so: dry run, server-side apply, `deletecollection`.
+//! Not served yet, each refused with a message saying so: dry run, server-side apply (answered 415 by [`super::patch`]),
+//! `deletecollection`.
 
 pub mod generic;
 pub mod meta;
@@ -133,7 +134,10 @@ impl World {
     }
 }
 
-/// The object a PATCH makes of `current`. Not served until the patch layer lands: answered 415.
-pub(crate) fn patched(request: &WriteRequest, _current: &Value) -> Result<Value, Refused> {
-    Err(status::unsupported_media_type(request.resource.patch_types()))
+/// The object a PATCH makes of `current` (merge, JSON or strategic, by the request's media type).
+pub(crate) fn patched(request: &WriteRequest, current: &Value) -> Result<Value, Refused> {
+    let resource = request.resource;
+    let patch_type =
+        crate::served::patch::PatchType::from_content_type(&request.content_type, resource).map_err(|e| e.status())?;
+    crate::served::patch::apply(resource, patch_type, current, &request.body).map_err(|e| e.status())
 }
