@@ -250,3 +250,64 @@ fn a_vm_from_the_vm_chart_applied_with_kubectl_runs_and_its_delete_releases_its_
     assert!(deleted.contains("\"trainer\" deleted"), "{deleted}");
     twin.until(&["get", "vm,vmi,pods,gpuclaims", "-n", "team", "-o", "name"], Duration::from_secs(30), str::is_empty);
 }
+
+#[test]
+fn the_chart_applies_with_helm_and_kubectl_and_a_second_apply_changes_nothing() {
+    let Some(kubectl) = kubectl() else { return };
+    let Some(helm) = helm::helm() else { return };
+    let twin = Twin::start(kubectl, QUIET, &["--speed", "60"]);
+    let rendered = helm::helm_run_on(
+        &helm,
+        &helm::chart(),
+        &["template", "gpuclaim", "--namespace", "cozy-gpuclaim", "--set", "gpu.enabled=true", "--include-crds"],
+    );
+    let objects = rendered.lines().filter(|line| line.starts_with("kind: ")).count();
+    let apply = |twin: &Twin| -> Vec<String> {
+        let mut child =
+            twin.command(&["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), rendered.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "apply: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect()
+    };
+    let first = apply(&twin);
+    assert_eq!(first.len(), objects, "{first:#?}");
+    // The twin serves our CRDs (and KubeVirt's and cert-manager's) from the start: applying ours configures them.
+    for line in &first {
+        let crd = line.starts_with("customresourcedefinition.") || line == "configmap/gpu-claims-settings configured";
+        assert!(line.ends_with(" created") || (crd && line.ends_with(" configured")), "{line}");
+    }
+    // Again: nothing changes. The PodDisruptionBudget reads `configured` against any API server: its selector's
+    // patch strategy is `replace`, so kubectl's patch is never empty (Azure/eno#246).
+    for line in apply(&twin) {
+        let pdb = line == "poddisruptionbudget.policy/gpuclaim configured";
+        assert!(line.ends_with(" unchanged") || pdb, "{line}");
+    }
+    let policies = twin.ok(&["get", "validatingadmissionpolicies", "-o", "name"]);
+    assert_eq!(policies.lines().count(), 3, "{policies}");
+    let version = twin.ok(&["get", "crd", "gpuclaims.gpu.cozystack.io", "-o", "jsonpath={.spec.versions[0].name}"]);
+    assert_eq!(version, "v1alpha1");
+}
+
+#[test]
+fn kubectl_cordons_and_uncordons_a_node() {
+    let Some(kubectl) = kubectl() else { return };
+    let twin = Twin::start(kubectl, QUIET, &["--speed", "60"]);
+    assert_eq!(twin.ok(&["cordon", "gpu-0000"]).trim(), "node/gpu-0000 cordoned");
+    let nodes = twin.ok(&["get", "nodes", "--no-headers"]);
+    let cordoned = nodes.lines().find(|line| line.starts_with("gpu-0000")).unwrap();
+    assert!(cordoned.contains("Ready,SchedulingDisabled"), "{nodes}");
+    assert_eq!(twin.ok(&["uncordon", "gpu-0000"]).trim(), "node/gpu-0000 uncordoned");
+    let unschedulable = twin.ok(&["get", "node", "gpu-0000", "-o", "jsonpath={.spec.unschedulable}"]);
+    assert_eq!(unschedulable, "");
+    // The twin's kubelet owns a node's status.
+    let refused = twin.run(&[
+        "patch",
+        "node",
+        "gpu-0000",
+        "--subresource=status",
+        "-p",
+        r#"{"status":{"allocatable":{"example.com/gpu":"80"}}}"#,
+    ]);
+    assert!(!refused.status.success());
+}

@@ -13,12 +13,15 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use gpuclaim_engine::model::Time;
 use gpuclaim_sim::served::list::{ListError, ListOptions, Selection, list};
 use gpuclaim_sim::served::resources::Resource;
 use gpuclaim_sim::served::select::{FieldSelector, LabelSelector};
 use gpuclaim_sim::served::store::{ResourceId, Snapshot};
+use gpuclaim_sim::served::table::{self, TableOptions};
 use gpuclaim_sim::served::{discovery, status};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 use crate::auth;
 use crate::route::{self, Endpoint, Target};
@@ -32,12 +35,38 @@ pub struct Shared {
     pub head: tokio::sync::watch::Receiver<u64>,
     /// The world's virtual time (ms since its zero).
     pub now: Arc<AtomicU64>,
+    /// The Unix time (ms) virtual zero stands for.
+    pub epoch_ms: i64,
     pub token: String,
     /// `host:port` clients reach the twin at.
     pub address: String,
     /// Tells open watches to end (the server is stopping).
     pub stopping: tokio::sync::watch::Receiver<bool>,
     pub writes: Writes,
+}
+
+impl Shared {
+    /// The twin's clock now: what Tables age objects by.
+    pub fn virtual_now(&self) -> Time {
+        let since_zero = self.now.load(std::sync::atomic::Ordering::Relaxed);
+        Time::from_millisecond(self.epoch_ms.saturating_add(since_zero as i64)).unwrap_or_default()
+    }
+}
+
+/// How a read is answered: a Table (and its options) or plain JSON.
+pub fn table_options(accept: &str, parameters: &BTreeMap<String, String>) -> Result<Option<TableOptions>, Value> {
+    let Some(version) = table::wants_table(accept) else { return Ok(None) };
+    let include = table::include_object(parameters.get("includeObject").map(String::as_str))
+        .map_err(|error| status::bad_request(&error.to_string()))?;
+    Ok(Some(TableOptions { version, include, no_headers: false }))
+}
+
+/// A Table answer, with its content type.
+fn table_response(options: &TableOptions, body: &Value) -> Response {
+    let mut response = json_response(200, body);
+    let content_type = HeaderValue::from_static(options.version.content_type());
+    response.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    response
 }
 
 /// The largest request body taken (the API server's limit is 3 MiB for most writes).
@@ -152,14 +181,23 @@ async fn resource(shared: &Arc<Shared>, request: Request, target: Target<'_>) ->
     if let Some(write) = write {
         return write_response(shared, request, &target, write, &parameters).await;
     }
+    let accept = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let table = match table_options(&accept, &parameters) {
+        Ok(table) => table,
+        Err(refusal) => return status_response(refusal),
+    };
     let id = ResourceId { group: resource.group, plural: resource.plural };
     match verb {
         "get" => {
             let name = target.name.expect("a get names its object");
             let namespace = target.namespace.unwrap_or_default();
-            match read(&shared.snapshot).get(id, namespace, name) {
-                Some(stored) => json_response(200, &stored.object),
-                None => status_response(status::not_found(resource, name)),
+            let found = read(&shared.snapshot).get(id, namespace, name).map(|stored| Arc::clone(&stored.object));
+            match (found, table) {
+                (Some(object), Some(options)) => {
+                    table_response(&options, &table::of_object(resource, &object, shared.virtual_now(), &options))
+                }
+                (Some(object), None) => json_response(200, &object),
+                (None, _) => status_response(status::not_found(resource, name)),
             }
         }
         _ => {
@@ -168,9 +206,9 @@ async fn resource(shared: &Arc<Shared>, request: Request, target: Target<'_>) ->
                 Err(refusal) => return status_response(refusal),
             };
             if verb == "watch" {
-                return watch_stream::respond(shared, WatchRequest::new(resource, selection, &parameters));
+                return watch_stream::respond(shared, WatchRequest::new(resource, selection, &parameters, table));
             }
-            list_response(shared, resource, &selection, &parameters)
+            list_response(shared, resource, &selection, &parameters, table)
         }
     }
 }
@@ -195,6 +233,7 @@ fn list_response(
     resource: &'static Resource,
     selection: &Selection,
     parameters: &std::collections::BTreeMap<String, String>,
+    table: Option<TableOptions>,
 ) -> Response {
     let limit = match parameters.get("limit").map(|limit| limit.parse::<usize>()) {
         None => None,
@@ -213,6 +252,9 @@ fn list_response(
         Err(ListError::BadRequest(message)) => return status_response(status::bad_request(&message)),
         Err(ListError::Expired(message)) => return status_response(status::gone_expired(&message)),
     };
+    if let Some(options) = table {
+        return table_response(&options, &table::of_page(resource, &page, shared.virtual_now(), &options));
+    }
     let mut metadata = json!({"resourceVersion": page.revision.to_string()});
     if let Some(token) = &page.continue_token {
         metadata["continue"] = token.as_str().into();

@@ -124,6 +124,7 @@ pub async fn run(
         snapshot: Arc::clone(&world.snapshot),
         head: world.head.clone(),
         now: Arc::clone(&world.now),
+        epoch_ms: world.epoch_ms,
         token,
         address: address.to_string(),
         stopping,

@@ -17,6 +17,7 @@ use gpuclaim_sim::served::list::Selection;
 use gpuclaim_sim::served::resources::Resource;
 use gpuclaim_sim::served::status;
 use gpuclaim_sim::served::store::{Expired, ResourceId};
+use gpuclaim_sim::served::table::{self, TableOptions};
 use gpuclaim_sim::served::watch::{self, INITIAL_EVENTS_END, Start, WatchError, WatchEvent, WatchOptions};
 use serde_json::{Value, json};
 
@@ -35,10 +36,17 @@ pub struct WatchRequest {
     selection: Selection,
     options: WatchOptions,
     timeout: Duration,
+    /// Events' objects as one-row Tables (the first with the column definitions), when asked.
+    table: Option<TableOptions>,
 }
 
 impl WatchRequest {
-    pub fn new(resource: &'static Resource, selection: Selection, parameters: &BTreeMap<String, String>) -> Self {
+    pub fn new(
+        resource: &'static Resource,
+        selection: Selection,
+        parameters: &BTreeMap<String, String>,
+        table: Option<TableOptions>,
+    ) -> Self {
         let flag = |name: &str| parameters.get(name).is_some_and(|value| value == "true" || value == "1");
         let options = WatchOptions {
             resource_version: parameters.get("resourceVersion").cloned(),
@@ -51,7 +59,7 @@ impl WatchRequest {
             .and_then(|seconds| seconds.parse::<u64>().ok())
             .filter(|seconds| *seconds > 0)
             .map_or(TIMEOUT_DEFAULT, Duration::from_secs);
-        WatchRequest { resource, selection, options, timeout }
+        WatchRequest { resource, selection, options, timeout, table }
     }
 }
 
@@ -61,8 +69,20 @@ fn line(change: &str, object: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-fn event_line(event: &WatchEvent) -> Bytes {
-    line(event.change.name(), &event.object)
+/// How a watch's events carry their objects: as they are, or as one-row Tables.
+struct Rows {
+    resource: &'static Resource,
+    table: Option<TableOptions>,
+}
+
+impl Rows {
+    fn line(&mut self, shared: &Shared, event: &WatchEvent) -> Bytes {
+        let Some(options) = &mut self.table else { return line(event.change.name(), &event.object) };
+        let row = table::of_object(self.resource, &event.object, shared.virtual_now(), options);
+        // The column definitions come with the first event only, as the API server sends them.
+        options.no_headers = true;
+        line(event.change.name(), &row)
+    }
 }
 
 /// A bookmark at `revision`: the kind's object with only its resourceVersion (and the initial-events-end mark).
@@ -90,9 +110,10 @@ pub fn respond(shared: &Arc<Shared>, request: WatchRequest) -> Response {
         Ok(Start::Expired { asked, since }) => return body_response(Body::from(expired(asked, since))),
         Ok(Start::Stream { initial, initial_events_end, cursor }) => (initial, initial_events_end, cursor),
     };
+    let mut rows = Rows { resource: request.resource, table: request.table };
     let mut first = Vec::new();
     for event in &initial {
-        first.extend_from_slice(&event_line(event));
+        first.extend_from_slice(&rows.line(shared, event));
     }
     if let Some(revision) = initial_events_end {
         first.extend_from_slice(&bookmark(request.resource, revision, true));
@@ -108,6 +129,7 @@ pub fn respond(shared: &Arc<Shared>, request: WatchRequest) -> Response {
         bookmarks: request.options.allow_bookmarks,
         resource: request.resource,
         selection: request.selection,
+        rows,
         ended: false,
     };
     let body = futures::stream::unfold(stream, |mut stream| async move {
@@ -138,6 +160,7 @@ struct Stream {
     id: ResourceId,
     resource: &'static Resource,
     selection: Selection,
+    rows: Rows,
     /// The initial events (and their bookmark), sent first.
     first: Option<Bytes>,
     cursor: u64,
@@ -164,7 +187,7 @@ impl Stream {
                 Ok(events) if !events.is_empty() => {
                     let mut chunk = Vec::new();
                     for event in &events {
-                        chunk.extend_from_slice(&event_line(event));
+                        chunk.extend_from_slice(&self.rows.line(&self.shared, event));
                     }
                     return Some(Bytes::from(chunk));
                 }

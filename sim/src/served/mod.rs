@@ -176,6 +176,18 @@ impl World {
             let revision = revision_of(&object, head);
             snapshot.load(resource_of(key.kind), &key.namespace, &key.name, revision, object);
         }
+        // The CustomResourceDefinitions of the custom kinds served: ours as `gpuclaim crds` prints them, KubeVirt's and
+        // cert-manager's as stand-ins ([`crds`]).
+        let definitions = resources::find("apiextensions.k8s.io", "v1", "customresourcedefinitions").expect("served");
+        for mut definition in crds::builtin() {
+            let name = definition.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let metadata = &mut definition["metadata"];
+            metadata["uid"] = uid_of("CustomResourceDefinition", "", &name).as_str().into();
+            metadata["creationTimestamp"] = timestamp(now).into();
+            metadata["resourceVersion"] = head.to_string().into();
+            metadata["generation"] = 1.into();
+            snapshot.load(definitions.id(), "", &name, head, definition);
+        }
         let served = ServedApi {
             snapshot: Arc::new(RwLock::new(snapshot)),
             vms: vms::Noted::default(),
