@@ -369,18 +369,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quality_values_read_as_thousandths() {
-        assert_eq!(quality("1"), Some(1000));
-        assert_eq!(quality("1.000"), Some(1000));
-        assert_eq!(quality("0.5"), Some(500));
-        assert_eq!(quality("0.05"), Some(50));
-        assert_eq!(quality("0"), Some(0));
-        assert_eq!(quality("2"), None);
-        assert_eq!(quality("0.1234"), None);
-        assert_eq!(quality("x"), None);
-    }
-
-    #[test]
     fn a_higher_quality_range_decides_before_an_earlier_one() {
         assert!(accepts_aggregated(
             "application/json;q=0.5,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

@@ -70,3 +70,28 @@ fn quality(text: &str) -> Option<u32> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quality_values_read_as_thousandths() {
+        assert_eq!(quality("1"), Some(1000));
+        assert_eq!(quality("1.000"), Some(1000));
+        assert_eq!(quality("0.5"), Some(500));
+        assert_eq!(quality("0.05"), Some(50));
+        assert_eq!(quality("0"), Some(0));
+        assert_eq!(quality("2"), None);
+        assert_eq!(quality("0.1234"), None);
+        assert_eq!(quality("x"), None);
+    }
+
+    #[test]
+    fn ranges_come_best_first_and_quality_zero_is_left_out() {
+        let ranges = ranges("text/plain;q=0.5, application/json, application/yaml;q=0, */*;q=0.5");
+        let essences: Vec<&str> = ranges.iter().map(|range| range.essence.as_str()).collect();
+        assert_eq!(essences, ["application/json", "text/plain", "*/*"]);
+        assert!(ranges[0].is_json() && ranges[2].takes_json() && !ranges[1].takes_json());
+    }
+}
