@@ -5,15 +5,12 @@
 //! it ([`crate::watch_stream`]). Writes go to the world's thread, which applies them between two events
 //! (`gpuclaim_sim::served::writes`) and answers once the snapshot shows them.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use gpuclaim_engine::model::Time;
 use gpuclaim_sim::served::list::{ListError, ListOptions, Selection, list};
 use gpuclaim_sim::served::resources::Resource;
 use gpuclaim_sim::served::select::{FieldSelector, LabelSelector};
@@ -24,34 +21,11 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 use crate::auth;
+use crate::respond::{json_response, status_response};
 use crate::route::{self, Endpoint, Target};
+use crate::shared::Shared;
 use crate::watch_stream::{self, WatchRequest};
-use crate::world_thread::Writes;
 use gpuclaim_sim::served::writes::{Verb, WriteRequest};
-
-/// What every request handler shares.
-pub struct Shared {
-    pub snapshot: Arc<RwLock<Snapshot>>,
-    pub head: tokio::sync::watch::Receiver<u64>,
-    /// The world's virtual time (ms since its zero).
-    pub now: Arc<AtomicU64>,
-    /// The Unix time (ms) virtual zero stands for.
-    pub epoch_ms: i64,
-    pub token: String,
-    /// `host:port` clients reach the twin at.
-    pub address: String,
-    /// Tells open watches to end (the server is stopping).
-    pub stopping: tokio::sync::watch::Receiver<bool>,
-    pub writes: Writes,
-}
-
-impl Shared {
-    /// The twin's clock now: what Tables age objects by.
-    pub fn virtual_now(&self) -> Time {
-        let since_zero = self.now.load(std::sync::atomic::Ordering::Relaxed);
-        Time::from_millisecond(self.epoch_ms.saturating_add(since_zero as i64)).unwrap_or_default()
-    }
-}
 
 /// How a read is answered: a Table (and its options) or plain JSON.
 pub fn table_options(accept: &str, parameters: &BTreeMap<String, String>) -> Result<Option<TableOptions>, Value> {
@@ -75,20 +49,6 @@ pub const BODY_MAX: usize = 3 << 20;
 /// The router: every path goes to one handler.
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
-}
-
-/// A JSON answer with `code`.
-fn json_response(code: u16, body: &Value) -> Response {
-    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (code, body.to_string()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// A `Status` answer, with the code the body carries.
-fn status_response(body: Value) -> Response {
-    let code = body.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
-    json_response(code, &body)
 }
 
 fn read(snapshot: &RwLock<Snapshot>) -> std::sync::RwLockReadGuard<'_, Snapshot> {
@@ -267,18 +227,6 @@ fn list_response(
         "items": items,
     });
     json_response(200, &body)
-}
-
-/// Headers every answer of a stream shares.
-pub(crate) fn stream_headers(headers: &mut HeaderMap) {
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
-}
-
-pub(crate) fn body_response(body: Body) -> Response {
-    let mut response = Response::new(body);
-    stream_headers(response.headers_mut());
-    response
 }
 
 /// Sends a write to the world and answers what it says.

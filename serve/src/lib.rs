@@ -19,7 +19,9 @@ pub mod auth;
 pub mod certs;
 pub mod http;
 pub mod pacer;
+pub mod respond;
 pub mod route;
+pub mod shared;
 pub mod watch_stream;
 pub mod world_thread;
 
@@ -120,7 +122,7 @@ pub async fn run(
     write_atomically(&config.kubeconfig_out, &kubeconfig)
         .map_err(|source| ServeError::Kubeconfig { path: config.kubeconfig_out.clone(), source })?;
     let (stop_watches, stopping) = tokio::sync::watch::channel(false);
-    let shared = Arc::new(http::Shared {
+    let shared = Arc::new(shared::Shared {
         snapshot: Arc::clone(&world.snapshot),
         head: world.head.clone(),
         now: Arc::clone(&world.now),

@@ -21,7 +21,8 @@ use gpuclaim_sim::served::table::{self, TableOptions};
 use gpuclaim_sim::served::watch::{self, INITIAL_EVENTS_END, Start, WatchError, WatchEvent, WatchOptions};
 use serde_json::{Value, json};
 
-use crate::http::{Shared, body_response};
+use crate::respond::{body_response, stream_headers};
+use crate::shared::Shared;
 
 /// How often a watch that allows bookmarks is sent one while nothing it selects changes (the API server's is about
 /// a minute; shorter here, so a client's resume point keeps up with a fast-running twin).
@@ -148,7 +149,7 @@ fn refused(refusal: &WatchError) -> Response {
     let body = status::status(code, reason, &refusal.to_string(), None);
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = axum::http::StatusCode::from_u16(code).expect("a valid code");
-    crate::http::stream_headers(response.headers_mut());
+    stream_headers(response.headers_mut());
     response
 }
 

@@ -14,7 +14,7 @@
 //! ([`writes`]); PATCH's three patch types applied as the API server applies them ([`patch`]); VirtualMachines,
 //! KubeVirt's objects ([`vms`]); the CRD objects the twin pre-creates and their printer columns ([`crds`]); the
 //! Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the media ranges of an Accept header
-//! ([`media`]).
+//! ([`media`]); what the world keeps of it while served ([`state`]).
 
 pub mod crds;
 pub mod discovery;
@@ -23,6 +23,7 @@ pub mod media;
 pub mod patch;
 pub mod resources;
 pub mod select;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod table;
@@ -42,6 +43,7 @@ use crate::apiserver::objects::{Manifest, timestamp, uid_of};
 use crate::apiserver::watch::Journaled;
 use crate::apiserver::{ApiServer, Kind};
 use crate::world::World;
+use state::ServedApi;
 use store::{ResourceId, Snapshot};
 
 /// The resource each modelled kind is served as.
@@ -63,24 +65,6 @@ fn served_key(key: ObjectKey) -> ObjectKey {
     match key.kind {
         Kind::Settings => ObjectKey::new(Kind::Settings, keys::DEFAULT_CONTROLLER_NAMESPACE, keys::SETTINGS_CONFIGMAP),
         _ => key,
-    }
-}
-
-/// The served layer's own state: the snapshot readers share, and the VMs' (KubeVirt's objects, not the API
-/// server's: [`vms`]).
-#[derive(Debug)]
-pub struct ServedApi {
-    snapshot: Arc<RwLock<Snapshot>>,
-    /// VMs to render again at the next sync.
-    vms: vms::Noted,
-    /// Each VM's manifest and metadata, by (namespace, name).
-    vm_manifests: BTreeMap<(gpuclaim_engine::model::Name, gpuclaim_engine::model::Name), Manifest>,
-}
-
-impl ServedApi {
-    /// The snapshot, as readers share it.
-    pub fn snapshot(&self) -> Arc<RwLock<Snapshot>> {
-        Arc::clone(&self.snapshot)
     }
 }
 
@@ -188,11 +172,7 @@ impl World {
             metadata["generation"] = 1.into();
             snapshot.load(definitions.id(), "", &name, head, definition);
         }
-        let served = ServedApi {
-            snapshot: Arc::new(RwLock::new(snapshot)),
-            vms: vms::Noted::default(),
-            vm_manifests: BTreeMap::new(),
-        };
+        let served = ServedApi::new(snapshot);
         let shared = served.snapshot();
         self.served = Some(Box::new(served));
         for (namespace, name) in self.vm_names() {

@@ -12,8 +12,6 @@
 //! `instancetype` (give cores and memory), runStrategies other than `Always` (and `running: true`), and changes to a
 //! VM's spec after it was created.
 
-use std::collections::BTreeSet;
-
 use gpuclaim_engine::keys;
 use gpuclaim_engine::model::{Name, Time};
 use gpuclaim_engine::quantity;
@@ -23,10 +21,6 @@ use serde_json::{Value, json};
 use crate::apiserver::objects::{Manifest, timestamp, uid_of};
 use crate::kubevirt::VmSpec;
 use crate::world::World;
-
-/// The VMs to render again at the next sync.
-#[derive(Debug, Default)]
-pub struct Noted(pub BTreeSet<(Name, Name)>);
 
 /// Why a VirtualMachine manifest cannot be run: the field and the reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +166,7 @@ impl World {
     /// Marks the VM `namespace`/`name` to be rendered again at the next sync (served mode; nothing otherwise).
     pub(crate) fn note_vm(&mut self, namespace: &str, name: &str) {
         if let Some(served) = &mut self.served {
-            served.vms.0.insert((namespace.into(), name.into()));
+            served.vms_noted.insert((namespace.into(), name.into()));
         }
     }
 
@@ -308,7 +302,7 @@ impl World {
         snapshot: &mut super::store::Snapshot,
     ) {
         let Some(served) = self.served.as_mut() else { return };
-        let mut noted = std::mem::take(&mut served.vms.0);
+        let mut noted = std::mem::take(&mut served.vms_noted);
         noted.extend(vmis);
         let resource = super::resources::find("kubevirt.io", "v1", "virtualmachines").expect("served").id();
         let now = self.time();

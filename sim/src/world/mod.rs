@@ -198,7 +198,7 @@ pub struct World {
     /// The Unix time virtual zero stands for (engine times are absolute).
     epoch_ms: i64,
     /// The served API's state (served mode only, [`crate::served`]).
-    pub(crate) served: Option<Box<crate::served::ServedApi>>,
+    pub(crate) served: Option<Box<crate::served::state::ServedApi>>,
 }
 
 impl World {

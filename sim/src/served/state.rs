@@ -1,0 +1,35 @@
+//! What the world keeps of the served layer while it is served ([`crate::world::World::serve`]): the snapshot
+//! readers share, and what it needs to render KubeVirt's VirtualMachines (the API server's store does not hold
+//! them: [`super::vms`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use gpuclaim_engine::model::Name;
+
+use super::store::Snapshot;
+use crate::apiserver::objects::Manifest;
+
+#[derive(Debug)]
+pub struct ServedApi {
+    pub(crate) snapshot: Arc<RwLock<Snapshot>>,
+    /// VMs to render again at the next sync, by (namespace, name).
+    pub(crate) vms_noted: BTreeSet<(Name, Name)>,
+    /// Each VM's manifest and metadata, by (namespace, name).
+    pub(crate) vm_manifests: BTreeMap<(Name, Name), Manifest>,
+}
+
+impl ServedApi {
+    pub fn new(snapshot: Snapshot) -> ServedApi {
+        ServedApi {
+            snapshot: Arc::new(RwLock::new(snapshot)),
+            vms_noted: BTreeSet::new(),
+            vm_manifests: BTreeMap::new(),
+        }
+    }
+
+    /// The snapshot, as readers share it.
+    pub fn snapshot(&self) -> Arc<RwLock<Snapshot>> {
+        Arc::clone(&self.snapshot)
+    }
+}
