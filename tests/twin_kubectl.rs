@@ -203,6 +203,25 @@ fn a_watch_from_a_revision_the_twin_no_longer_keeps_ends_with_410() {
     // too old.
     let waited = twin.ok(&["wait", "--for=jsonpath={.status.phase}=Active", "namespace/team", "--timeout=60s"]);
     assert_eq!(waited.trim(), "namespace/team condition met");
+    // A wait for a pod's deletion while pods change faster than three changes are kept: its watch is told `too old
+    // resource version` on the way (client-go logs "Watch closed ... too old resource version" at -v=6), relists
+    // from its revision with initial events, and still sees the deletion.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: mine, namespace: team}\nspec:\n  containers:\n  - name: \
+               main\n    image: example.com/app:1\n    resources: {requests: {cpu: 100m, memory: 64Mi}}\n";
+    std::fs::write(twin.dir.join("pod.yaml"), pod).unwrap();
+    assert_eq!(twin.ok(&["apply", "-f", "pod.yaml"]).trim(), "pod/mine created");
+    let wait = twin.command(&["wait", "--for=delete", "pod/mine", "-n", "team", "--timeout=60s", "-v=6"]);
+    let waiting = {
+        let mut wait = wait;
+        wait.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    twin.ok(&["delete", "pod", "mine", "-n", "team", "--wait=false"]);
+    let output = waiting.wait_with_output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "pod/mine condition met");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("too old resource version"), "the wait's watch expired and relisted on the way: {log}");
 }
 
 #[test]
