@@ -12,7 +12,7 @@ use gpuclaim_scenarios::scenario::parse_scenario;
 use gpuclaim_serve::pacer::Speed;
 use gpuclaim_serve::{Config, Ready};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
@@ -178,5 +178,48 @@ async fn a_request_without_the_token_is_unauthorized() {
     let error = Api::<Node>::all(client).list(&ListParams::default()).await.unwrap_err();
     let kube::Error::Api(status) = error else { panic!("{error:?}") };
     assert_eq!(status.code, 401);
+    twin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_scheduler_binds_its_pod_through_pods_binding() {
+    let twin = Twin::start(Speed::Times(60.0), 10_000).await;
+    let client = twin.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "mine"},
+        "spec": {
+            "schedulerName": "client-scheduler",
+            "containers": [{"name": "main", "image": "example.com/app:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    // kube-scheduler leaves a pod for another scheduler alone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(pods.get("mine").await.unwrap().spec.unwrap().node_name, None);
+    let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mine"}, "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-0001"}});
+    let answer: serde_json::Value =
+        pods.create_subresource("binding", "mine", &PostParams::default(), &binding).await.unwrap();
+    assert_eq!(answer["status"], "Success");
+    let mut phase = None;
+    for _ in 0..100 {
+        let pod = pods.get("mine").await.unwrap();
+        assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some("gpu-0001"));
+        phase = pod.status.and_then(|s| s.phase);
+        if phase.as_deref() == Some("Running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(phase.as_deref(), Some("Running"), "the kubelet started it on its node");
+    let again = pods
+        .create_subresource::<serde_json::Value, serde_json::Value>("binding", "mine", &PostParams::default(), &binding)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = again else { panic!("{again:?}") };
+    assert_eq!((status.code, status.message.as_str()), (409, "pod mine is already assigned to node \"gpu-0001\""));
     twin.stop().await;
 }

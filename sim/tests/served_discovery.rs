@@ -188,7 +188,12 @@ fn the_core_resource_list_is_shaped_as_the_api_servers() {
     let rows = list["resources"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert!(names.is_sorted(), "{names:?}");
-    assert!(names.windows(2).any(|pair| pair == ["pods", "pods/status"]));
+    assert!(names.windows(3).any(|three| three == ["pods", "pods/binding", "pods/status"]), "{names:?}");
+    let binding = rows.iter().find(|r| r["name"] == "pods/binding").unwrap();
+    assert_eq!(
+        binding,
+        &json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]})
+    );
     let pods = rows.iter().find(|r| r["name"] == "pods").unwrap();
     assert_eq!(
         pods,

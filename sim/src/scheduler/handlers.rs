@@ -56,19 +56,7 @@ impl World {
             }
         };
         match verdict {
-            Ok(node) => {
-                let resources = self.scheduler.node_verdicts.resources_mut();
-                self.scheduler.requested.entry(&node).add(pod, resources);
-                self.api
-                    .update_pod_status(namespace, name, |pod| pod.node_name = Some(node.as_str().into()))
-                    .expect("read above");
-                self.scheduler.queue.forget(namespace, name);
-                self.migration_target_bound(namespace, name);
-                self.record("scheduler", &object, "Bound", &[("node", &node)])?;
-                let delay = self.pod_start_delay();
-                let event = Event::PodStarted { namespace: namespace.into(), pod: name.into() };
-                self.schedule_at(self.now() + delay, event)
-            }
+            Ok(node) => self.bind_pod(namespace, name, &node, "scheduler"),
             Err(unschedulable) => {
                 self.record("scheduler", &object, "Unschedulable", &[("message", &unschedulable.message)])?;
                 match self.scheduler.queue.park(namespace, name, self.now()) {
@@ -77,6 +65,21 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Binds the pod `namespace`/`name` to `node` as `binder` (kube-scheduler, or a served client's `pods/binding`):
+    /// its requests counted there, `spec.nodeName` written, and the kubelet starts it after its start latency.
+    pub(crate) fn bind_pod(&mut self, namespace: &str, name: &str, node: &str, binder: &str) -> Result<(), WorldError> {
+        let Some(pod) = self.api.store().pod(namespace, name) else { return Ok(()) };
+        let resources = self.scheduler.node_verdicts.resources_mut();
+        self.scheduler.requested.entry(node).add(pod, resources);
+        self.api.update_pod_status(namespace, name, |pod| pod.node_name = Some(node.into())).expect("read above");
+        self.scheduler.queue.forget(namespace, name);
+        self.migration_target_bound(namespace, name);
+        self.record(binder, &Named("Pod", namespace, name), "Bound", &[("node", node)])?;
+        let delay = self.pod_start_delay();
+        let event = Event::PodStarted { namespace: namespace.into(), pod: name.into() };
+        self.schedule_at(self.now() + delay, event)
     }
 
     /// The leftover flush: pods parked five minutes are tried again.

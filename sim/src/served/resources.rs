@@ -4,8 +4,8 @@
 //!
 //! Names, short names and categories are the real API server's (Kubernetes 1.37) and the CRDs' (KubeVirt's
 //! `virt-operator` CRD generator, cert-manager's chart, ours from `gpuclaim_engine::api`). Verbs are the ones served:
-//! `deletecollection` is not (it answers 405), so no row lists it. Subresources are listed only when served (only
-//! `status`, where the real resource has one): `pods/binding`, `pods/eviction` and `deployments/scale` are not yet.
+//! `deletecollection` is not (it answers 405), so no row lists it. Subresources are listed only when served (`status`, where the real resource has one, and
+//! `pods/binding`): `pods/eviction` and `deployments/scale` are not yet.
 //!
 //! The rows' groups are in the order discovery lists them (within a group version it lists resources by name): the
 //! core group first, then the built-in groups in the API server's priority order (apps, policy, rbac, storage,
@@ -166,7 +166,7 @@ pub static RESOURCES: &[Resource] = &[
     Resource {
         short_names: &["po"],
         categories: &["all"],
-        subresources: &[status("Pod")],
+        subresources: &[status("Pod"), Subresource { name: "binding", kind: "Binding", verbs: &["create"] }],
         field_labels: POD_FIELDS,
         ..row(CORE, "v1", "pods", "pod", "Pod", true, Modelled(Kind::Pod))
     },

@@ -50,7 +50,17 @@ impl World {
                 if resource.subresource("status").is_some() {
                     object.as_object_mut().expect("an object").remove("status");
                 }
-                self.generic_store(resource.id(), &namespace, &name, &revision, object, 201)
+                let migrated = object.pointer("/spec/vmiName").and_then(Value::as_str).map(str::to_owned);
+                let written = self.generic_store(resource.id(), &namespace, &name, &revision, object, 201)?;
+                if resource.kind == "VirtualMachineInstanceMigration"
+                    && let Some(vmi) = migrated
+                {
+                    // KubeVirt's migration controller takes it: the twin's migration of that VMI (its progress is the
+                    // VMI's and its pods'; the migration object keeps what the client wrote).
+                    self.migrate(&namespace, &vmi, false)
+                        .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+                }
+                Ok(written)
             }
             Verb::Update | Verb::Patch => {
                 let name =

@@ -79,8 +79,18 @@ pub type Refused = Value;
 /// with its last state).
 #[derive(Clone, Debug)]
 pub enum Written {
-    Stored { resource: ResourceId, namespace: String, name: String, code: u16 },
+    Stored {
+        resource: ResourceId,
+        namespace: String,
+        name: String,
+        code: u16,
+    },
     Gone(Arc<Value>),
+    /// A write that answers with its own body (a binding's `Status` of success).
+    Answered {
+        code: u16,
+        body: Value,
+    },
 }
 
 impl World {
@@ -116,6 +126,7 @@ impl World {
                 }
             }
             Ok(Written::Gone(last)) => Answer::object(200, last),
+            Ok(Written::Answered { code, body }) => Answer::object(code, Arc::new(body)),
             Err(refused) => Answer::refused(refused),
         }
     }

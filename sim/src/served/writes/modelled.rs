@@ -35,6 +35,9 @@ use crate::served::status::{self, Cause};
 use crate::served::{resource_of, writes::generic::namespace_missing};
 use crate::world::{Event, World};
 
+/// The scheduler the twin's kube-scheduler is: pods naming another are left to it.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
 /// A modelled field the twin has no verb for: 422, naming it.
 fn not_modelled(resource: &Resource, name: &str, field: &str, why: &str) -> Refused {
     status::invalid(resource, name, vec![Cause::new("FieldValueForbidden", why, field)])
@@ -59,6 +62,9 @@ fn unconvertible(resource: &Resource, name: &str, error: convert::ConvertError) 
 impl World {
     pub(super) fn modelled_write(&mut self, kind: Kind, request: &WriteRequest) -> Result<Written, Refused> {
         let resource = request.resource;
+        if kind == Kind::Pod && request.subresource.as_deref() == Some("binding") {
+            return self.bind_from_client(request);
+        }
         let namespace = request.namespace.clone().unwrap_or_default();
         let key_of = |name: &str| ObjectKey::new(kind, if resource.namespaced { namespace.as_str() } else { "" }, name);
         // The object as it is now, and the one the write proposes.
@@ -292,6 +298,12 @@ impl World {
             pod.phase = Default::default();
             pod.waiting = None;
             self.api.create_pod(pod, &request.user).map_err(refused)?;
+            // A pod for another scheduler waits for that scheduler's binding (`pods/binding`), as kube-scheduler
+            // leaves it alone.
+            let scheduler = object.pointer("/spec/schedulerName").and_then(Value::as_str).unwrap_or(DEFAULT_SCHEDULER);
+            if scheduler != DEFAULT_SCHEDULER {
+                return Ok(());
+            }
             // As KubeVirt's launcher: the scheduler takes the pod now (a gated one waits at its gate).
             let event = Event::Schedule { namespace: namespace.into(), pod: name.into() };
             return self
@@ -360,6 +372,37 @@ impl World {
                 "the twin runs the VirtualMachineInstances of VirtualMachines only: stop or delete the VirtualMachine",
             )),
         }
+    }
+}
+
+impl World {
+    /// `pods/binding`: a client's scheduler binds a pod to a node, as kube-scheduler's binding does. Refused as the
+    /// API server refuses it: a pod already bound (409), a pod at a scheduling gate; and, unlike the API server, a
+    /// node the twin does not have (its kubelet would never start the pod).
+    fn bind_from_client(&mut self, request: &WriteRequest) -> Result<Written, Refused> {
+        let resource = request.resource;
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let name = request.name.clone().ok_or_else(|| status::bad_request("the name of the pod is required"))?;
+        let binding = meta::body_object(request)?;
+        let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let pod = self.api.store().pod(&namespace, &name).ok_or_else(|| status::not_found(resource, &name))?;
+        if let Some(bound) = &pod.node_name {
+            let message = format!("pod {name} is already assigned to node {bound:?}");
+            return Err(status::status(409, "Conflict", &message, Some(status::Details::of(resource, &name))));
+        }
+        if !pod.scheduling_gates.is_empty() {
+            let why = format!("pod {name} has non-empty .spec.schedulingGates");
+            return Err(not_modelled(resource, &name, "spec.schedulingGates", &why));
+        }
+        if self.api.store().node(&node).is_none() {
+            let nodes = crate::served::resources::find("", "v1", "nodes").expect("served");
+            return Err(status::not_found(nodes, &node));
+        }
+        self.bind_pod(&namespace, &name, &node, "client")
+            .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+        let success =
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        Ok(Written::Answered { code: 201, body: success })
     }
 }
 
