@@ -223,3 +223,40 @@ async fn a_client_scheduler_binds_its_pod_through_pods_binding() {
     assert_eq!((status.code, status.message.as_str()), (409, "pod mine is already assigned to node \"gpu-0001\""));
     twin.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_placement_condition_is_written_through_pods_status_and_the_rest_of_status_is_refused() {
+    let twin = Twin::start(Speed::Times(1.0), 10_000).await;
+    let client = twin.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits"},
+        "spec": {"schedulerName": "elsewhere", "containers": [{"name": "main", "image": "example.com/app:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let version = pods.get("waits").await.unwrap().metadata.resource_version.unwrap();
+    // The adapter's SetPodWaiting: a strategic merge patch of pods/status, the condition merged by type.
+    let waiting = serde_json::json!({"metadata": {"resourceVersion": version}, "status": {"conditions": [{
+        "type": "gpu.cozystack.io/Placement", "status": "False", "reason": "NoCapacity",
+        "message": "no node has 2 free units", "lastTransitionTime": "2027-01-15T08:00:00Z"}]}});
+    let params = kube::api::PatchParams::default();
+    pods.patch_status("waits", &params, &kube::api::Patch::Strategic(&waiting)).await.unwrap();
+    let conditions = pods.get("waits").await.unwrap().status.unwrap().conditions.unwrap();
+    let placement = conditions.iter().find(|c| c.type_ == "gpu.cozystack.io/Placement").unwrap();
+    assert_eq!(
+        (placement.reason.as_deref(), placement.message.as_deref()),
+        (Some("NoCapacity"), Some("no node has 2 free units"))
+    );
+    // A stale revision is a conflict, as the adapter's precondition expects.
+    let stale = pods.patch_status("waits", &params, &kube::api::Patch::Strategic(&waiting)).await.unwrap_err();
+    let kube::Error::Api(status) = stale else { panic!("{stale:?}") };
+    assert_eq!(status.code, 409);
+    // The kubelet's fields are not the client's.
+    let phase = serde_json::json!({"status": {"phase": "Running"}});
+    let refused = pods.patch_status("waits", &params, &kube::api::Patch::Merge(&phase)).await.unwrap_err();
+    let kube::Error::Api(status) = refused else { panic!("{refused:?}") };
+    assert_eq!(status.code, 422);
+    assert!(status.message.contains("only the GPU controller's placement condition"), "{}", status.message);
+    twin.stop().await;
+}

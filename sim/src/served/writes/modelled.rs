@@ -12,7 +12,7 @@
 //! | the settings ConfigMap | `put_settings` | `put_settings` | `put_settings(None)` |
 //! | Namespace | `create_namespace` | `label_namespace` (entitlement) | refused: the twin deletes no namespaces |
 //! | Node | refused: nodes are the scenario's | labels, taints, `spec.unschedulable` (`kubectl cordon`) | refused |
-//! | Pod | `create_pod`, then the scheduler | labels, annotations, scheduling gates | `delete_pod` (a launcher: KubeVirt sees it go) |
+//! | Pod | `create_pod`, then the scheduler (`pods/binding` for another scheduler's) | labels, annotations, scheduling gates; `/status`: the placement condition | `delete_pod` (a launcher: KubeVirt sees it go) |
 //! | VirtualMachineInstance | refused: VMIs come from VirtualMachines | refused | refused (until VirtualMachines are served) |
 
 use std::collections::BTreeMap;
@@ -311,8 +311,7 @@ impl World {
                 .map_err(|error| status::status(500, "InternalError", &error.to_string(), None));
         }
         if request.subresource.as_deref() == Some("status") {
-            let why = "a pod's status is the twin's kubelet's and the GPU controller's";
-            return Err(not_modelled(resource, name, "status", why));
+            return self.write_pod_status(request, namespace, name, object);
         }
         let ungated_before = self.api.store().pod(namespace, name).is_some_and(|p| p.scheduling_gates.is_empty());
         self.api
@@ -334,6 +333,44 @@ impl World {
                 .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
         }
         Ok(())
+    }
+
+    /// `pods/status`: the GPU controller's placement condition (its `SetPodWaiting`, a strategic merge patch by
+    /// condition type) is written; anything else of a pod's status is the twin's kubelet's and refused.
+    fn write_pod_status(
+        &mut self,
+        request: &WriteRequest,
+        namespace: &str,
+        name: &str,
+        object: &Value,
+    ) -> Result<(), Refused> {
+        let resource = request.resource;
+        let current = self
+            .api
+            .render(&ObjectKey::new(Kind::Pod, namespace, name))
+            .ok_or_else(|| status::not_found(resource, name))?;
+        let proposed =
+            convert::pod_from_json(object, namespace).map_err(|error| unconvertible(resource, name, error))?;
+        let placement = |status: Option<&Value>| -> Value {
+            let mut status = status.cloned().unwrap_or(Value::Null);
+            if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+                conditions.retain(|condition| {
+                    condition.get("type").and_then(Value::as_str) != Some(keys::CONDITION_PLACEMENT)
+                });
+                if conditions.is_empty() {
+                    status.as_object_mut().map(|map| map.remove("conditions"));
+                }
+            }
+            status
+        };
+        if placement(object.get("status")) != placement(current.get("status")) {
+            let why = "a pod's status is the twin's kubelet's: only the GPU controller's placement condition \
+                       (gpu.cozystack.io/Placement) is written through pods/status";
+            return Err(not_modelled(resource, name, "status", why));
+        }
+        self.api
+            .update_pod_status(namespace, name, |stored| stored.waiting = proposed.waiting)
+            .map_err(|error| status::from_api_error(&error, resource, name))
     }
 
     fn delete_modelled(&mut self, kind: Kind, resource: &Resource, namespace: &str, name: &str) -> Result<(), Refused> {
