@@ -2,14 +2,14 @@
 //!
 //! Owned (from the compact VMI, which KubeVirt's actors and the VMI webhook write): `metadata.{name, namespace,
 //! uid, resourceVersion, labels, annotations}`, `deletionTimestamp`'s presence (the manifest's time, else the
-//! creation time), `spec.domain.devices.gpus`, `status.phase` and `status.nodeName`. The creation time is the
+//! creation time), `spec.domain.devices.gpus`, `status.phase`, `status.nodeName` and the `Ready` condition. The creation time is the
 //! manifest's (the compact VMI keeps none); the rest of the spec (CPU, memory, disks) is the manifest's.
 
 use gpuclaim_engine::keys::kubevirt;
-use gpuclaim_engine::model::Vmi;
+use gpuclaim_engine::model::{Reason, Vmi, VmiPhase};
 use serde_json::{Value, json};
 
-use super::{Kind, Manifest, Meta, base, get, map_field, set, timestamp};
+use super::{Kind, Manifest, Meta, base, get, map_field, own_condition, set, since, timestamp};
 
 pub fn render(vmi: &Vmi, manifest: Option<&Manifest>) -> Value {
     let mut object = base(manifest, kubevirt::API_VERSION, kubevirt::KIND_VMI, json!({}));
@@ -37,4 +37,14 @@ fn own(object: &mut Value, vmi: &Vmi, manifest: Option<&Manifest>) {
     set(object, &["spec", "domain", "devices", "gpus"], Some(Value::Array(gpus)));
     set(object, &["status", "phase"], Some(format!("{:?}", vmi.phase).into()));
     set(object, &["status", "nodeName"], vmi.node_name.as_deref().map(Value::from));
+    // KubeVirt's Ready condition: True while the guest runs (what `kubectl get vmi`'s READY column reads).
+    let not_running =
+        Reason { reason: "GuestNotRunning".into(), message: "Guest VM is not reported as running".into() };
+    let ready = Reason::default();
+    let condition = match vmi.phase {
+        VmiPhase::Running => ("True", &ready),
+        _ => ("False", &not_running),
+    };
+    let since = |status: &str| since(manifest, "Ready", status, created);
+    own_condition(object, &["status", "conditions"], "Ready", Some(condition), since);
 }
