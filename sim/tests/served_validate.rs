@@ -429,3 +429,87 @@ proptest! {
         }
     }
 }
+
+/// A schema with the keywords no served CRD uses yet, to hold their wording.
+fn keywords_schema() -> Value {
+    json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "required": ["name", "ghost"],
+        "properties": {
+            "name": {"type": "string", "minLength": 2, "maxLength": 4},
+            "tags": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string"}},
+            "ratio": {"type": "number", "minimum": 0.5, "exclusiveMinimum": true, "maximum": 2, "exclusiveMaximum": true},
+            "replicas": {"type": "integer", "maximum": 3},
+            "port": {"x-kubernetes-int-or-string": true},
+            "level": {"type": "string", "nullable": true, "enum": ["low", "high"]},
+            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": {
+                "typed": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            }},
+        },
+    }}})
+}
+
+#[test]
+fn string_list_and_bound_keywords_are_worded_as_the_api_server_words_them() {
+    let schema = keywords_schema();
+    assert_eq!(validate::unhandled(&schema), Vec::<String>::new());
+    let object = json!({"spec": {
+        "name": "abcde", "tags": ["a", "b", "c"], "ratio": 2, "replicas": 4, "port": "http", "level": null,
+    }});
+    assert_eq!(
+        validate::validate_with(&schema, &object),
+        [
+            cause(
+                "FieldValueNotSupported",
+                r#"Unsupported value: "null": supported values: "low", "high""#,
+                "spec.level"
+            ),
+            cause("FieldValueTooLong", "Too long: may not be longer than 4", "spec.name"),
+            cause("FieldValueInvalid", "Invalid value: 2: spec.ratio in body should be less than 2", "spec.ratio"),
+            cause(
+                "FieldValueInvalid",
+                "Invalid value: 4: spec.replicas in body should be less than or equal to 3",
+                "spec.replicas"
+            ),
+            cause("FieldValueTooMany", "Too many: 3: must have at most 2 items", "spec.tags"),
+            // Required but not declared: pruned before validation, so never present.
+            cause("FieldValueRequired", "Required value", "spec.ghost"),
+        ]
+    );
+    let object = json!({"spec": {"name": "a", "tags": [], "ratio": 0.5, "port": 8080, "level": "low"}});
+    assert_eq!(
+        validate::validate_with(&schema, &object),
+        [
+            cause(
+                "FieldValueInvalid",
+                r#"Invalid value: "a": spec.name in body should be at least 2 chars long"#,
+                "spec.name"
+            ),
+            cause(
+                "FieldValueInvalid",
+                "Invalid value: 0.5: spec.ratio in body should be greater than 0.5",
+                "spec.ratio"
+            ),
+            cause("FieldValueInvalid", "Invalid value: 0: spec.tags in body should have at least 1 items", "spec.tags"),
+            cause("FieldValueRequired", "Required value", "spec.ghost"),
+        ]
+    );
+    let port = validate::validate_with(&schema, &json!({"spec": {"name": "ab", "port": true}}));
+    assert_eq!(
+        port[0].message,
+        r#"Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#
+    );
+}
+
+#[test]
+fn below_a_preserving_field_its_declared_fields_are_still_judged_and_pruned() {
+    let schema = keywords_schema();
+    let mut object = json!({"spec": {"name": "ab", "extra": {"free": {"x": 1}, "typed": {"a": "one", "b": 2}}}});
+    assert_eq!(validate::unknown_fields_with(&schema, &object), ["spec.extra.typed.b"]);
+    assert_eq!(
+        validate::validate_with(&schema, &object)[0].message,
+        r#"Invalid value: "string": spec.extra.typed.a in body must be of type integer: "string""#
+    );
+    validate::prune_with(&schema, &mut object);
+    assert_eq!(object, json!({"spec": {"name": "ab", "extra": {"free": {"x": 1}, "typed": {"a": "one"}}}}));
+}

@@ -20,7 +20,10 @@
 //! integer field with a format refuses a boolean as `must be of type int64: ""`.
 //!
 //! `metadata`, `apiVersion` and `kind` are not judged here: the schema never declares them at the top and the API
-//! server checks `metadata` as ObjectMeta (names are checked elsewhere in the twin).
+//! server checks `metadata` as ObjectMeta (names are checked elsewhere in the twin; an unknown field of `metadata`
+//! is ObjectMeta's strict decoding, not the schema's). Unknown fields are found on the object as decoded, `status`
+//! included; [`validate`] judges the object the strategy leaves (on create the API server drops `status` first when
+//! the CRD has a status subresource).
 //!
 //! Not every keyword a structural schema may hold is handled: [`unhandled`] names the ones a schema uses that this
 //! module would ignore (`pattern`, `multipleOf`, `x-kubernetes-list-type: set`, ...), and a test holds it empty for
@@ -132,10 +135,13 @@ pub fn schema_of(resource: &Resource) -> Option<&'static Value> {
 /// Every violation of `object` (a whole custom resource) against its CRD's schema, worded as the API server's
 /// causes; empty for a valid object or a resource no CRD describes.
 pub fn validate(resource: &Resource, object: &Value) -> Vec<Cause> {
+    schema_of(resource).map(|schema| validate_with(schema, object)).unwrap_or_default()
+}
+
+/// [`validate`] against a given structural schema (a CRD version's `openAPIV3Schema`).
+pub fn validate_with(schema: &Value, object: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
-    if let Some(schema) = schema_of(resource) {
-        value_causes(object, schema, "", 0, &mut causes);
-    }
+    value_causes(object, schema, "", 0, &mut causes);
     causes
 }
 
@@ -143,10 +149,13 @@ pub fn validate(resource: &Resource, object: &Value) -> Vec<Cause> {
 /// sorted as the API server sorts them (`sort.Strings`). Nothing below `x-kubernetes-preserve-unknown-fields` is
 /// unknown, nor `apiVersion`, `kind` or `metadata` at the top.
 pub fn unknown_fields(resource: &Resource, object: &Value) -> Vec<String> {
+    schema_of(resource).map(|schema| unknown_fields_with(schema, object)).unwrap_or_default()
+}
+
+/// [`unknown_fields`] under a given structural schema.
+pub fn unknown_fields_with(schema: &Value, object: &Value) -> Vec<String> {
     let mut paths = Vec::new();
-    if let Some(schema) = schema_of(resource) {
-        unknown_in(object, Some(schema), "", 0, true, &mut paths);
-    }
+    unknown_in(object, Some(schema), "", 0, true, &mut paths);
     paths.sort();
     paths
 }
@@ -155,8 +164,13 @@ pub fn unknown_fields(resource: &Resource, object: &Value) -> Vec<String> {
 /// an object (under `fieldValidation` `Ignore` or `Warn`); afterwards [`unknown_fields`] finds none.
 pub fn prune(resource: &Resource, object: &mut Value) {
     if let Some(schema) = schema_of(resource) {
-        prune_in(object, Some(schema), 0, true);
+        prune_with(schema, object);
     }
+}
+
+/// [`prune`] under a given structural schema.
+pub fn prune_with(schema: &Value, object: &mut Value) {
+    prune_in(object, Some(schema), 0, true);
 }
 
 /// The `400 BadRequest` a create or update with unknown fields answers under `fieldValidation=Strict` (the decoder's
@@ -199,8 +213,7 @@ fn unhandled_in(schema: &Value, path: &str, depth: usize, found: &mut Vec<String
     for (keyword, value) in keywords {
         let handled = match keyword.as_str() {
             "format" => value.as_str().is_some_and(|format| format_is_handled(schema, format)),
-            "items" | "additionalProperties" => value.is_object(),
-            "properties" => value.is_object(),
+            "items" | "additionalProperties" | "properties" => value.is_object(),
             keyword => HANDLED_KEYWORDS.contains(&keyword),
         };
         if !handled {
@@ -545,7 +558,12 @@ fn object_causes(members: &Map<String, Value>, schema: &Value, path: &str, depth
     }
     let required = schema.get("required").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     for name in required.iter().filter_map(Value::as_str) {
-        if let Member::Absent = member(members, name, member_schema(schema, name)) {
+        let declared = member_schema(schema, name);
+        // A required field the schema does not declare is pruned before validation: never present.
+        let kept = declared.is_some()
+            || flag(schema, "x-kubernetes-preserve-unknown-fields")
+            || (path.is_empty() && META_FIELDS.contains(&name));
+        if !kept || matches!(member(members, name, declared), Member::Absent) {
             causes.push(Cause::new("FieldValueRequired", "Required value", &child(path, name)));
         }
     }
