@@ -149,12 +149,37 @@ fn a_value_of_the_wrong_type_is_a_type_error_naming_the_type_found() {
             "spec.count"
         )]
     );
+    // A fraction is also out of an integer's range: kube-openapi reports that as a plain error, which apiextensions
+    // puts on the path it was given, none.
     let float = validate::validate(claims(), &claim(json!({"className": "h100", "count": 1.5})));
-    assert_eq!(float[0].message, r#"Invalid value: "number": spec.count in body must be of type integer: "number""#);
-    // A float below the minimum is both.
+    assert_eq!(
+        float,
+        [
+            cause(
+                "FieldValueTypeInvalid",
+                r#"Invalid value: "number": spec.count in body must be of type integer: "number""#,
+                "spec.count"
+            ),
+            cause(
+                "FieldValueInvalid",
+                r#"Invalid value: "": Checked value must be of type integer (default format) in spec.count"#,
+                "<nil>"
+            ),
+        ]
+    );
+    // A float below the minimum is all three.
     let small = validate::validate(claims(), &claim(json!({"className": "h100", "count": 0.5})));
-    assert_eq!(small.len(), 2);
-    assert_eq!(small[1].message, "Invalid value: 0.5: spec.count in body should be greater than or equal to 1");
+    assert_eq!(small.len(), 3);
+    assert_eq!(small[2].message, "Invalid value: 0.5: spec.count in body should be greater than or equal to 1");
+    // An int64 field refuses an integer beyond int64 (a float to the decoder) by its format, then by its range.
+    let mut spec = good_class_spec();
+    spec["tolerations"][0]["tolerationSeconds"] = json!(1e20);
+    let causes = validate::validate(classes(), &class(spec));
+    assert_eq!(causes.len(), 2);
+    assert_eq!(
+        causes[1].message,
+        r#"Invalid value: "": Checked value must be of type integer with format int64 in spec.tolerations[0].tolerationSeconds"#
+    );
     // A whole float is an integer to kube-openapi.
     assert_eq!(validate::validate(claims(), &claim(json!({"className": "h100", "count": 2.0}))), []);
     let name = validate::validate(claims(), &claim(json!({"className": 7, "count": 1})));

@@ -17,7 +17,12 @@
 //! a string the formats it supports (`date-time` is the one checked here); any other is stripped before validation
 //! (apiextensions `StripUnsupportedFormatsPostProcess`), so `format: uint32` means nothing. kube-openapi's own
 //! quirks are kept where they are observable: a list where a formatted string is expected passes the type check, an
-//! integer field with a format refuses a boolean as `must be of type int64: ""`.
+//! integer field with a format refuses a boolean as `must be of type int64: ""`, and a number out of its type's range
+//! (`1.5` for an integer, since kube-openapi's January 2026 `numberValidator`) is a plain error apiextensions reports
+//! on the path `<nil>`.
+//!
+//! Updates are judged as creates: the API server's ratcheting (an unchanged invalid field of an update is let
+//! through) is not modelled.
 //!
 //! `metadata`, `apiVersion` and `kind` are not judged here: the schema never declares them at the top and the API
 //! server checks `metadata` as ObjectMeta (names are checked elsewhere in the twin; an unknown field of `metadata`
@@ -437,26 +442,41 @@ fn format_causes(text: &str, schema: &Value, path: &str, causes: &mut Vec<Cause>
     }
 }
 
-/// kube-openapi's `numberValidator` (the schema's own, which compares natively: an integer against the bound
-/// truncated to an integer, a float against the bound).
+/// kube-openapi's `numberValidator`: whether the value fits its type and format, then minimum, maximum. A bound that
+/// fits the schema's type is compared natively (an integer against the bound truncated to an integer, a float
+/// against the bound); one that does not is reported and compared as floats.
 fn number_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let float = value.as_f64().unwrap_or(0.0);
+    if let Some(error) = range_error(value.as_i64().map_or(Number::Float(float), Number::Int), "Checked", schema, path)
+    {
+        causes.push(range_cause(&error));
+    }
     for (keyword, exclusive_keyword, lower) in
         [("minimum", "exclusiveMinimum", true), ("maximum", "exclusiveMaximum", false)]
     {
         let Some(bound) = schema.get(keyword).and_then(Value::as_f64) else { continue };
         let exclusive = flag(schema, exclusive_keyword);
-        let (outside, bound_text) = match value.as_i64() {
-            Some(integer) => {
+        let prefix = if lower { "Minimum boundary" } else { "Maximum boundary" };
+        let bound_error = range_error(Number::Float(bound), prefix, schema, path);
+        let (outside, shown_value, shown_bound) = match (value.as_i64(), &bound_error) {
+            (Some(integer), None) => {
                 // Go's int64(float64), saturating here where Go's is undefined.
                 let bound = bound as i64;
-                (out_of_bound(integer.cmp(&bound), lower, exclusive), bound.to_string())
+                (out_of_bound(integer.cmp(&bound), lower, exclusive), integer.to_string(), bound.to_string())
             }
-            None => {
-                let float = value.as_f64().unwrap_or(0.0);
+            (integer, _) => {
                 let Some(ordering) = float.partial_cmp(&bound) else { continue };
-                (out_of_bound(ordering, lower, exclusive), go_float(bound))
+                // Compared as floats the value is reported as one, unless it was one natively already.
+                let shown = match integer {
+                    Some(_) if bound_error.is_some() => go_float(float),
+                    _ => go_value(value),
+                };
+                (out_of_bound(ordering, lower, exclusive), shown, go_float(bound))
             }
         };
+        if let Some(error) = bound_error {
+            causes.push(range_cause(&error));
+        }
         if outside {
             let relation = match (lower, exclusive) {
                 (true, false) => "greater than or equal to",
@@ -464,9 +484,49 @@ fn number_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cau
                 (false, false) => "less than or equal to",
                 (false, true) => "less than",
             };
-            causes.push(invalid(path, &go_value(value), &format!("should be {relation} {bound_text}")));
+            causes.push(invalid(path, &shown_value, &format!("should be {relation} {shown_bound}")));
         }
     }
+}
+
+/// A number as the decoder reads it: an int64 if it fits one, else a float64.
+#[derive(Clone, Copy)]
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// kube-openapi's `IsValueValidAgainstRange` for a schema of one numeric type: whether the number, written as
+/// swag writes it (`%d`, or `'f'` with the shortest digits), parses as that type and format.
+fn range_error(number: Number, prefix: &str, schema: &Value, path: &str) -> Option<String> {
+    let types = types(schema);
+    let type_name = match types.as_slice() {
+        ["integer"] => "integer",
+        ["number"] => "number",
+        _ => return None,
+    };
+    let format = effective_format(schema).unwrap_or("");
+    let text = match number {
+        Number::Int(integer) => integer.to_string(),
+        Number::Float(float) => format!("{float}"),
+    };
+    let fits = match (type_name, format) {
+        ("integer", "int32") => text.parse::<i32>().is_ok(),
+        ("integer", _) => text.parse::<i64>().is_ok(),
+        (_, "float") => text.parse::<f32>().is_ok_and(f32::is_finite),
+        _ => true,
+    };
+    match (fits, format) {
+        (true, _) => None,
+        (false, "") => Some(format!("{prefix} value must be of type {type_name} (default format) in {path}")),
+        (false, format) => Some(format!("{prefix} value must be of type {type_name} with format {format} in {path}")),
+    }
+}
+
+/// A range error is a plain error, not a kube-openapi validation error: apiextensions reports it as `field.Invalid`
+/// of an empty value on the path it was given, which is none (`<nil>`) for a custom resource's whole object.
+fn range_cause(error: &str) -> Cause {
+    Cause::new("FieldValueInvalid", &format!("Invalid value: \"\": {error}"), "<nil>")
 }
 
 fn out_of_bound(ordering: std::cmp::Ordering, lower: bool, exclusive: bool) -> bool {
