@@ -377,7 +377,7 @@ fn type_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause
     }
     if value.is_null() {
         if !types.is_empty() && !types.contains(&"null") && !flag(schema, "nullable") {
-            causes.push(type_invalid(path, &types.join(","), "null", "null"));
+            causes.push(type_invalid(path, &types.join(","), "null"));
         }
         return;
     }
@@ -389,22 +389,22 @@ fn type_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause
         && !string_or_list
         && !(types.contains(&kind) || data_format == format || float_int || int_float)
     {
-        causes.push(type_invalid(path, format, data_format, data_format));
+        causes.push(type_invalid(path, format, data_format));
         return;
     }
     if format.is_some() && string_or_list && !types.contains(&"number") && !types.contains(&"integer") {
         return;
     }
     if !(types.contains(&kind) || float_int || int_float) {
-        causes.push(type_invalid(path, &types.join(","), kind, kind));
+        causes.push(type_invalid(path, &types.join(","), kind));
     }
 }
 
-/// kube-openapi's `InvalidType` as apiextensions reports it (`field.TypeInvalid`, the value being what the message
-/// quotes).
-fn type_invalid(path: &str, type_name: &str, value: &str, quoted: &str) -> Cause {
-    let message =
-        format!("Invalid value: {}: {path} in body must be of type {type_name}: {}", go_quote(value), go_quote(quoted));
+/// kube-openapi's `InvalidType` as apiextensions reports it (`field.TypeInvalid`, the value being the type or the
+/// text found, which the message quotes too).
+fn type_invalid(path: &str, type_name: &str, found: &str) -> Cause {
+    let found = go_quote(found);
+    let message = format!("Invalid value: {found}: {path} in body must be of type {type_name}: {found}");
     Cause::new("FieldValueTypeInvalid", &message, path)
 }
 
@@ -438,7 +438,7 @@ fn string_causes(text: &str, schema: &Value, path: &str, causes: &mut Vec<Cause>
 fn format_causes(text: &str, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
     let Some(format) = effective_format(schema) else { return };
     if format.replace('-', "") == "datetime" && !is_date_time(text) {
-        causes.push(type_invalid(path, format, text, text));
+        causes.push(type_invalid(path, format, text));
     }
 }
 
@@ -704,9 +704,7 @@ fn is_time_of_day(text: &str) -> bool {
 fn go_value(value: &Value) -> String {
     match value {
         Value::Null => go_quote("null"),
-        Value::String(text) => go_quote(text),
-        Value::Bool(_) | Value::Number(_) => go_syntax(value, 0),
-        Value::Array(_) | Value::Object(_) => go_syntax(value, 0),
+        value => go_syntax(value, 0),
     }
 }
 
