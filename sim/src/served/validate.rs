@@ -197,7 +197,7 @@ pub fn warnings(paths: &[String]) -> Vec<String> {
     paths.iter().map(|path| format!("unknown field \"{path}\"")).collect()
 }
 
-/// What of `schema` this module would ignore, one line each (`spec.name: pattern`): a keyword it does not apply, a
+/// What of `schema` this module would ignore, one line each (`spec.name: pattern: "^a"`): a keyword it does not apply, a
 /// format the API server validates that it does not, a schema nested deeper than [`DEPTH_MAX`].
 pub fn unhandled(schema: &Value) -> Vec<String> {
     let mut found = Vec::new();
@@ -219,6 +219,10 @@ fn unhandled_in(schema: &Value, path: &str, depth: usize, found: &mut Vec<String
         let handled = match keyword.as_str() {
             "format" => value.as_str().is_some_and(|format| format_is_handled(schema, format)),
             "items" | "additionalProperties" | "properties" => value.is_object(),
+            // Lists of sets and maps are checked for duplicates (`ValidateListSetsAndMaps`), which is not done here.
+            "x-kubernetes-list-type" => value == "atomic",
+            // Merge semantics for server-side apply: nothing to validate.
+            "x-kubernetes-map-type" => true,
             keyword => HANDLED_KEYWORDS.contains(&keyword),
         };
         if !handled {
@@ -363,9 +367,15 @@ fn kind_of(value: &Value) -> (&'static str, &'static str) {
     }
 }
 
-/// swag's `IsFloat64AJSONInteger`: a float that is a whole number a JSON integer can hold exactly.
+/// swag's `IsFloat64AJSONInteger` (go-openapi/swag `conv`): within ±(2^53 - 1), a whole number or one within a
+/// relative 1e-9 of it.
 fn is_json_integer(float: f64) -> bool {
-    float.is_finite() && float.fract() == 0.0 && float.abs() <= 9_007_199_254_740_991.0
+    const JSON_FLOAT_MAX: f64 = 9_007_199_254_740_991.0;
+    if !float.is_finite() || float.abs() > JSON_FLOAT_MAX {
+        return false;
+    }
+    let rounded = float.round();
+    float == rounded || (rounded != 0.0 && (float - rounded).abs() < 1e-9 * rounded.abs())
 }
 
 /// kube-openapi's `typeValidator`.
