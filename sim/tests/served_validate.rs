@@ -439,6 +439,13 @@ fn any_json() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn any_json_is_judged_without_panic_and_pruning_leaves_nothing_unknown(value in any_json()) {
+        let schema = keywords_schema();
+        for object in [value.clone(), json!({"spec": value.clone()}), json!({"spec": {"shape": value.clone()}})] {
+            let _ = validate::validate_with(&schema, &object);
+            let mut pruned = object.clone();
+            validate::prune_with(&schema, &mut pruned);
+            prop_assert_eq!(validate::unknown_fields_with(&schema, &pruned), Vec::<String>::new());
+        }
         for resource in [claims(), classes(), usages(), vms()] {
             for object in [value.clone(), json!({"spec": value.clone(), "status": value.clone()})] {
                 let _ = validate::validate(resource, &object);
@@ -467,6 +474,7 @@ fn keywords_schema() -> Value {
             "replicas": {"type": "integer", "maximum": 3},
             "port": {"x-kubernetes-int-or-string": true},
             "level": {"type": "string", "nullable": true, "enum": ["low", "high"]},
+            "shape": {"x-kubernetes-preserve-unknown-fields": true, "enum": [[1, {"a": []}], {"a": [1]}, "round"]},
             "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": {
                 "typed": {"type": "object", "properties": {"a": {"type": "integer"}}},
             }},

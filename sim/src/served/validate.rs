@@ -590,7 +590,9 @@ fn enum_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause
 /// walks a deep value).
 fn shallow_eq(value: &Value, choice: &Value) -> bool {
     match (value, choice) {
-        (Value::Array(_) | Value::Object(_), Value::Array(_) | Value::Object(_)) => bounded_eq(value, choice, 0),
+        (Value::Array(_) | Value::Object(_), _) | (_, Value::Array(_) | Value::Object(_)) => {
+            bounded_eq(value, choice, 0)
+        }
         (Value::Number(number), Value::Number(other)) => number.as_f64() == other.as_f64(),
         _ => value == choice,
     }
@@ -608,6 +610,7 @@ fn bounded_eq(left: &Value, right: &Value, depth: usize) -> bool {
             left.len() == right.len()
                 && left.iter().all(|(key, left)| right.get(key).is_some_and(|right| bounded_eq(left, right, depth + 1)))
         }
+        (Value::Array(_) | Value::Object(_), _) | (_, Value::Array(_) | Value::Object(_)) => false,
         (left, right) => shallow_eq(left, right),
     }
 }
@@ -994,6 +997,19 @@ mod tests {
             go_value(&value),
             r#"[]interface {}{1, "a", interface {}(nil), map[string]interface {}{"f":1.5, "k":true}}"#
         );
+    }
+
+    #[test]
+    fn enum_choices_compare_containers_without_looping() {
+        let choices = serde_json::json!([["a", {"b": 1}], {"k": [1]}, "x", 2]);
+        let schema = serde_json::json!({"enum": choices});
+        for allowed in choices.as_array().unwrap() {
+            assert!(validate_with(&schema, allowed).is_empty(), "{allowed}");
+        }
+        for refused in [serde_json::json!({"a": 1}), serde_json::json!([["a", {"b": 2}]]), serde_json::json!(2.5)] {
+            assert_eq!(validate_with(&schema, &refused).len(), 1, "{refused}");
+        }
+        assert!(validate_with(&schema, &serde_json::json!(2.0)).is_empty());
     }
 
     #[test]
