@@ -174,6 +174,28 @@ fn kubectl_applies_and_deletes_a_claim_and_a_stale_replace_gets_409() {
     let refused = twin.run(&["replace", "-f", "changed.json"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("spec is immutable"), "{stderr}");
+    // The CRD's structural schema: a count below its minimum is invalid, an undeclared field refused under kubectl's
+    // strict field validation and pruned without it.
+    let zero = claim.replace("name: mine", "name: zero").replace("count: 2", "count: 0");
+    std::fs::write(twin.dir.join("zero.yaml"), zero).unwrap();
+    let invalid = twin.run(&["apply", "-f", "zero.yaml"]);
+    assert_eq!(
+        String::from_utf8_lossy(&invalid.stderr).trim(),
+        "The GPUClaim \"zero\" is invalid: spec.count: Invalid value: 0: spec.count in body should be greater than or \
+         equal to 1"
+    );
+    let colour = claim.replace("name: mine", "name: odd").replace("count: 2", "count: 1\n  colour: red");
+    std::fs::write(twin.dir.join("odd.yaml"), colour).unwrap();
+    let strict = twin.run(&["apply", "-f", "odd.yaml"]);
+    assert_eq!(
+        String::from_utf8_lossy(&strict.stderr).trim(),
+        "Error from server (BadRequest): error when creating \"odd.yaml\": GPUClaim in version \"v1alpha1\" cannot be \
+         handled as a GPUClaim: strict decoding error: unknown field \"spec.colour\""
+    );
+    twin.ok(&["apply", "-f", "odd.yaml", "--validate=false"]);
+    let pruned = twin.ok(&["get", "gpuclaim", "odd", "-n", "team", "-o", "jsonpath={.spec}"]);
+    assert_eq!(pruned, r#"{"className":"gpu","count":1}"#);
+    twin.ok(&["delete", "gpuclaim", "odd", "-n", "team", "--timeout=60s"]);
     // Deleted: the controller releases its finalizer, and kubectl's wait for the deletion ends.
     let deleted = twin.ok(&["delete", "gpuclaim", "mine", "-n", "team", "--timeout=60s"]);
     assert!(deleted.contains("\"mine\" deleted"), "{deleted}");

@@ -260,12 +260,23 @@ async fn write_response(
         // The kubeconfig's one user is the platform's administrator (issue 40 adds service accounts and RBAC).
         user: gpuclaim_sim::users::platform_admin(),
         dry_run: parameters.get("dryRun").is_some_and(|value| !value.is_empty()),
+        field_validation: parameters.get("fieldValidation").cloned(),
     };
     let Some(answer) = shared.writes.send(write) else {
         return status_response(status::too_many_requests(1));
     };
     match answer.await {
-        Ok(answer) => json_response(answer.code, &answer.body),
+        Ok(answer) => {
+            let mut response = json_response(answer.code, &answer.body);
+            for warning in &answer.warnings {
+                // RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as the API server sends them.
+                let text = format!("299 - {}", serde_json::Value::from(warning.as_str()));
+                if let Ok(value) = HeaderValue::from_str(&text) {
+                    response.headers_mut().append(header::WARNING, value);
+                }
+            }
+            response
+        }
         Err(_) => status_response(status::status(503, "ServiceUnavailable", "the twin's world has stopped", None)),
     }
 }

@@ -201,7 +201,7 @@ use super::writes::{Refused, Verb, WriteRequest, Written};
 
 impl World {
     /// A client's write of a VirtualMachine, through KubeVirt's VM controller.
-    pub(super) fn vm_write(&mut self, request: &WriteRequest) -> Result<Written, Refused> {
+    pub(super) fn vm_write(&mut self, request: &WriteRequest, warnings: &mut Vec<String>) -> Result<Written, Refused> {
         let resource = request.resource;
         let namespace = request.namespace.clone().unwrap_or_default();
         let served_object = |world: &World, name: &str| {
@@ -226,6 +226,7 @@ impl World {
                 if self.vm(&namespace, &name).is_some() {
                     return Err(status::already_exists(resource, &name));
                 }
+                *warnings = meta::check_schema(request, &name, &mut object)?;
                 let spec = vm_from_manifest(&namespace, &name, &object).map_err(|refusal| {
                     status::invalid(
                         resource,

@@ -15,7 +15,11 @@ use crate::served::status;
 use crate::world::World;
 
 impl World {
-    pub(super) fn generic_write(&mut self, request: &WriteRequest) -> Result<Written, Refused> {
+    pub(super) fn generic_write(
+        &mut self,
+        request: &WriteRequest,
+        warnings: &mut Vec<String>,
+    ) -> Result<Written, Refused> {
         let resource = request.resource;
         let snapshot = self.served.as_ref().expect("served").snapshot();
         let namespace = request.namespace.clone().unwrap_or_default();
@@ -37,6 +41,7 @@ impl World {
                 if meta::precondition(&object).is_some() {
                     return Err(status::bad_request("resourceVersion should not be set on objects to be created"));
                 }
+                *warnings = meta::check_schema(request, &name, &mut object)?;
                 let revision = self.api.stamp();
                 let metadata = object["metadata"].as_object_mut().expect("made by identity");
                 let key_name = format!("{name}@{revision}");
@@ -73,6 +78,7 @@ impl World {
                 meta::identity(resource, request, &mut object, "")?;
                 meta::check_precondition(resource, &name, &object, &current)?;
                 meta::keep_system_fields(resource, request.subresource.as_deref(), &mut object, &current);
+                *warnings = meta::check_schema(request, &name, &mut object)?;
                 let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
                 let finalizers =
                     object.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());

@@ -273,3 +273,29 @@ pub fn generated_suffix(revision: u64) -> String {
         })
         .collect()
 }
+
+/// A custom resource checked against its CRD's structural schema, as the API server checks it before any rule or
+/// admission: fields the schema does not declare refused (`fieldValidation=Strict`, kubectl's), or pruned with a
+/// warning each (`Warn`, the default) or silently (`Ignore`); then every value the schema refuses, one cause each
+/// (422). Returns the warnings. Built-in kinds are not checked here (their fields are the typed objects').
+pub fn check_schema(request: &WriteRequest, name: &str, object: &mut Value) -> Result<Vec<String>, Refused> {
+    let resource = request.resource;
+    if crate::served::validate::schema_of(resource).is_none() {
+        return Ok(Vec::new());
+    }
+    let unknown = crate::served::validate::unknown_fields(resource, object);
+    let mut warnings = Vec::new();
+    if !unknown.is_empty() {
+        match request.field_validation.as_deref() {
+            Some("Strict") => return Err(crate::served::validate::strict_error(resource, &unknown)),
+            Some("Ignore") => {}
+            _ => warnings = crate::served::validate::warnings(&unknown),
+        }
+        crate::served::validate::prune(resource, object);
+    }
+    let causes = crate::served::validate::validate(resource, object);
+    if !causes.is_empty() {
+        return Err(status::invalid(resource, name, causes));
+    }
+    Ok(warnings)
+}

@@ -51,6 +51,8 @@ pub struct WriteRequest {
     pub body: Vec<u8>,
     pub user: User,
     pub dry_run: bool,
+    /// `fieldValidation`: `Strict`, `Warn` (the default) or `Ignore`.
+    pub field_validation: Option<String>,
 }
 
 /// The API server's answer: a status code and a body (the object written, or a `Status`).
@@ -58,17 +60,19 @@ pub struct WriteRequest {
 pub struct Answer {
     pub code: u16,
     pub body: Arc<Value>,
+    /// `Warning` headers' texts (fields pruned under `fieldValidation=Warn`).
+    pub warnings: Vec<String>,
 }
 
 impl Answer {
     fn object(code: u16, object: Arc<Value>) -> Answer {
-        Answer { code, body: object }
+        Answer { code, body: object, warnings: Vec::new() }
     }
 
     /// A refusal: the `Status` body, with its own code.
     pub fn refused(status: Value) -> Answer {
         let code = status.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
-        Answer { code, body: Arc::new(status) }
+        Answer { code, body: Arc::new(status), warnings: Vec::new() }
     }
 }
 
@@ -104,17 +108,18 @@ impl World {
         }
         let now = self.now();
         self.api.watch().tick(now);
+        let mut warnings = Vec::new();
         let answer = match self.route(request) {
-            Storage::Generic => self.generic_write(request),
-            Storage::Modelled(kind) => self.modelled_write(kind, request),
-            Storage::VirtualMachines => self.vm_write(request),
+            Storage::Generic => self.generic_write(request, &mut warnings),
+            Storage::Modelled(kind) => self.modelled_write(kind, request, &mut warnings),
+            Storage::VirtualMachines => self.vm_write(request, &mut warnings),
         };
         let answer = match self.schedule_watch_delivery() {
             Ok(()) => answer,
             Err(error) => Err(status::status(500, "InternalError", &error.to_string(), None)),
         };
         self.served_sync();
-        match answer {
+        let mut answer = match answer {
             Ok(Written::Stored { resource, namespace, name, code }) => {
                 let snapshot = self.served.as_ref().expect("checked above").snapshot();
                 let snapshot = snapshot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -128,7 +133,11 @@ impl World {
             Ok(Written::Gone(last)) => Answer::object(200, last),
             Ok(Written::Answered { code, body }) => Answer::object(code, Arc::new(body)),
             Err(refused) => Answer::refused(refused),
+        };
+        if answer.code < 300 {
+            answer.warnings = warnings;
         }
+        answer
     }
 
     /// Where a request's object lives: the registry's storage, except the settings ConfigMap, the one modelled

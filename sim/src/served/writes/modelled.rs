@@ -60,7 +60,12 @@ fn unconvertible(resource: &Resource, name: &str, error: convert::ConvertError) 
 }
 
 impl World {
-    pub(super) fn modelled_write(&mut self, kind: Kind, request: &WriteRequest) -> Result<Written, Refused> {
+    pub(super) fn modelled_write(
+        &mut self,
+        kind: Kind,
+        request: &WriteRequest,
+        warnings: &mut Vec<String>,
+    ) -> Result<Written, Refused> {
         let resource = request.resource;
         if kind == Kind::Pod && request.subresource.as_deref() == Some("binding") {
             return self.bind_from_client(request);
@@ -110,6 +115,7 @@ impl World {
             });
         }
         let creating = current.is_none();
+        *warnings = meta::check_schema(request, &name, &mut object)?;
         match kind {
             Kind::Claim => self.write_claim(request, &namespace, &name, &object, creating)?,
             Kind::Class => self.write_class(request, &name, &object, creating)?,
