@@ -71,6 +71,29 @@ fn one_store(world: &World, snapshot: &Snapshot, story: &str) {
         }
     }
     assert!(snapshot.head() >= world.api.revision(), "{story}: the list revision is the newest write's");
+    // VirtualMachines (KubeVirt's state, not the store's): every one served, with the status KubeVirt gives it.
+    let vms = ResourceId { group: "kubevirt.io", plural: "virtualmachines" };
+    let names = world.vm_names();
+    assert_eq!(snapshot.objects(vms, None, None).count(), names.len(), "{story}: the VMs served");
+    for (namespace, name) in names {
+        let stored = snapshot.get(vms, &namespace, &name).unwrap_or_else(|| panic!("{story}: VM {namespace}/{name}"));
+        let printable = stored.object.pointer("/status/printableStatus").and_then(Value::as_str);
+        assert_eq!(
+            printable,
+            world.vm_status(&namespace, &name),
+            "{story} at {:?}: VM {namespace}/{name}",
+            world.now()
+        );
+        let running = world
+            .store()
+            .vmi(&namespace, &name)
+            .is_some_and(|vmi| vmi.phase == gpuclaim_engine::model::VmiPhase::Running);
+        assert_eq!(
+            stored.object.pointer("/status/ready"),
+            Some(&Value::Bool(running)),
+            "{story}: VM {namespace}/{name}"
+        );
+    }
 }
 
 #[test]

@@ -156,6 +156,8 @@ fn run(
         return Ok(());
     }
     let pacer = Pacer::new(Instant::now(), world.now(), config.speed);
+    let started = Instant::now();
+    let mut until_reported = false;
     loop {
         loop {
             match commands.try_recv() {
@@ -165,7 +167,9 @@ fn run(
             }
         }
         let next = world.next_event_at();
-        let target = pacer.target(Instant::now()).or(next).unwrap_or(world.now());
+        // At `max` speed: to the next event, or to `--until` once none is left before it.
+        let target =
+            pacer.target(Instant::now()).or(next).unwrap_or(config.until.unwrap_or(world.now()).max(world.now()));
         let target = config.until.map_or(target, |until| target.min(until));
         if target > world.now() || next.is_some_and(|next| next <= target) {
             let sync = |world: &mut World| {
@@ -179,6 +183,15 @@ fn run(
             world.served_sync();
             now.store(world.now().0, Ordering::Relaxed);
             moved.send_replace(world.api.revision());
+        }
+        if let Some(until) = config.until
+            && !until_reported
+            && world.now() >= until
+        {
+            // Said once on standard error, for the person (or the benchmark) waiting for it.
+            let seconds = started.elapsed().as_secs_f64();
+            eprintln!("reached --until at {} ms virtual after {seconds:.2} s wall", until.0);
+            until_reported = true;
         }
         let due = world.next_event_at().filter(|at| config.until.is_none_or(|until| *at <= until));
         let wait = due.map_or(SLEEP_MAX, |at| pacer.until(Instant::now(), at).min(SLEEP_MAX));

@@ -10,6 +10,10 @@ use gpuclaim_engine::model::Name;
 use super::store::Snapshot;
 use crate::apiserver::objects::Manifest;
 
+/// What a VM's render reads of KubeVirt's state besides its manifest: its printable status, whether its VMI runs,
+/// whether it has one.
+pub type VmStatusKey = (&'static str, bool, bool);
+
 #[derive(Debug)]
 pub struct ServedApi {
     pub(crate) snapshot: Arc<RwLock<Snapshot>>,
@@ -17,6 +21,8 @@ pub struct ServedApi {
     pub(crate) vms_noted: BTreeSet<(Name, Name)>,
     /// Each VM's manifest and metadata, by (namespace, name).
     pub(crate) vm_manifests: BTreeMap<(Name, Name), Manifest>,
+    /// What each VM's last render read of KubeVirt's state.
+    pub(crate) vm_status_seen: BTreeMap<(Name, Name), VmStatusKey>,
 }
 
 impl ServedApi {
@@ -25,6 +31,7 @@ impl ServedApi {
             snapshot: Arc::new(RwLock::new(snapshot)),
             vms_noted: BTreeSet::new(),
             vm_manifests: BTreeMap::new(),
+            vm_status_seen: BTreeMap::new(),
         }
     }
 

@@ -303,35 +303,55 @@ impl World {
         snapshot: &mut super::store::Snapshot,
     ) {
         let Some(served) = self.served.as_mut() else { return };
-        let mut noted = std::mem::take(&mut served.vms_noted);
-        noted.extend(vmis);
+        let noted = std::mem::take(&mut served.vms_noted);
+        // A VMI write changes its VM's render only through what the VM's status reads of it: skip the VMs whose
+        // status did not move (most VMI writes: annotations, conditions, the node).
+        let moved: Vec<(Name, Name)> = vmis
+            .into_iter()
+            .filter(|key| !noted.contains(key))
+            .filter(|(namespace, name)| {
+                let seen = self.served.as_ref().expect("served").vm_status_seen.get(&(namespace.clone(), name.clone()));
+                seen.is_none_or(|seen| Some(*seen) != self.vm_status_key(namespace, name))
+            })
+            .collect();
         let resource = super::resources::find("kubevirt.io", "v1", "virtualmachines").expect("served").id();
         let now = self.time();
-        for (namespace, name) in noted {
+        for (namespace, name) in noted.into_iter().chain(moved) {
             let key = (namespace.clone(), name.clone());
-            let manifest = self.served.as_ref().expect("served").vm_manifests.get(&key).cloned();
-            let exists = self.vm(&namespace, &name).is_some();
-            if !exists {
+            let status = self.vm_status_key(&namespace, &name);
+            let served = self.served.as_mut().expect("served");
+            let Some(status) = status else {
                 if snapshot.get(resource, &namespace, &name).is_some() {
                     let revision: u64 = self.api.stamp().parse().unwrap_or_default();
                     snapshot.remove(resource, &namespace, &name, revision);
                 }
-                self.served.as_mut().expect("served").vm_manifests.remove(&key);
+                served.vm_manifests.remove(&key);
+                served.vm_status_seen.remove(&key);
                 continue;
-            }
+            };
+            served.vm_status_seen.insert(key.clone(), status);
+            let manifest = served.vm_manifests.remove(&key);
             let revision = self.api.revision() + 1;
-            let manifest = manifest.unwrap_or_else(|| self.first_seen_vm(&namespace, &name, revision, now));
+            let mut manifest = manifest.unwrap_or_else(|| self.first_seen_vm(&namespace, &name, revision, now));
             let rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
             let unchanged = snapshot.get(resource, &namespace, &name).is_some_and(|stored| *stored.object == rendered);
-            if unchanged {
-                continue;
+            if !unchanged {
+                let revision = self.api.stamp();
+                manifest.resource_version = Some(revision.clone());
+                let rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
+                snapshot.upsert(resource, &namespace, &name, revision.parse().unwrap_or_default(), rendered);
             }
-            let revision = self.api.stamp();
-            let mut manifest = manifest;
-            manifest.resource_version = Some(revision.clone());
-            let rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
-            snapshot.upsert(resource, &namespace, &name, revision.parse().unwrap_or_default(), rendered);
             self.served.as_mut().expect("served").vm_manifests.insert(key, manifest);
         }
+    }
+
+    /// What a VM's render reads of KubeVirt's state besides its manifest: its printable status, whether its VMI
+    /// runs, whether it has one (`None`: no such VM).
+    fn vm_status_key(&self, namespace: &str, name: &str) -> Option<super::state::VmStatusKey> {
+        self.vm(namespace, name)?;
+        let printable = self.vm_status(namespace, name).unwrap_or("Stopped");
+        let vmi = self.api.store().vmi(namespace, name);
+        let running = vmi.is_some_and(|vmi| vmi.phase == gpuclaim_engine::model::VmiPhase::Running);
+        Some((printable, running, vmi.is_some()))
     }
 }
