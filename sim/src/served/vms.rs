@@ -333,12 +333,13 @@ impl World {
             let manifest = served.vm_manifests.remove(&key);
             let revision = self.api.revision() + 1;
             let mut manifest = manifest.unwrap_or_else(|| self.first_seen_vm(&namespace, &name, revision, now));
-            let rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
+            let mut rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
             let unchanged = snapshot.get(resource, &namespace, &name).is_some_and(|stored| *stored.object == rendered);
             if !unchanged {
+                // The render changed: it takes a new revision (the one field the manifest's revision makes).
                 let revision = self.api.stamp();
+                rendered["metadata"]["resourceVersion"] = revision.as_str().into();
                 manifest.resource_version = Some(revision.clone());
-                let rendered = self.render_vm(&namespace, &name, &manifest).expect("exists");
                 snapshot.upsert(resource, &namespace, &name, revision.parse().unwrap_or_default(), rendered);
             }
             self.served.as_mut().expect("served").vm_manifests.insert(key, manifest);
