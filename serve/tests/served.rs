@@ -260,3 +260,76 @@ async fn the_placement_condition_is_written_through_pods_status_and_the_rest_of_
     assert!(status.message.contains("only the GPU controller's placement condition"), "{}", status.message);
     twin.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_controllers_caches_sync_against_a_served_twin_and_follow_it() {
+    use gpuclaim_adapter::cache::Caches;
+    use gpuclaim_adapter::shared::SharedView;
+
+    let twin = Twin::start(Speed::Times(60.0), 10_000).await;
+    let client = twin.client().await;
+    // The adapter's own watches (its selectors: the claims label and its negation, pods still on nodes, the settings
+    // by name), as the controller runs them.
+    let caches = Caches::new(SharedView::default());
+    let tasks: Vec<_> = caches
+        .watches(&client, gpuclaim_engine::keys::DEFAULT_CONTROLLER_NAMESPACE)
+        .into_iter()
+        .map(|(_, watch)| tokio::spawn(watch))
+        .collect();
+    let mut synced = caches.synced();
+    tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|_| caches.all_synced())).await.unwrap().unwrap();
+    let view = caches.view.read().unwrap();
+    assert_eq!(view.nodes().count(), 2);
+    assert_eq!(view.classes().map(|class| class.name.as_str()).collect::<Vec<_>>(), ["gpu"]);
+    assert!(view.settings.controller_user.is_some(), "the settings ConfigMap is read by name");
+    drop(view);
+    // While VMs come and go, the cache follows the twin: its claims and launchers end equal to a fresh list.
+    let claims: Api<GPUClaim> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut equal = false;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let listed = |names: Vec<(String, String)>| {
+            let mut names = names;
+            names.sort();
+            names
+        };
+        let served_claims = listed(
+            claims
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|c| (c.metadata.name.clone().unwrap(), c.metadata.resource_version.clone().unwrap()))
+                .collect(),
+        );
+        let served_pods = listed(
+            pods.list(&ListParams::default().labels("gpu.cozystack.io/claims=true"))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap()))
+                .collect(),
+        );
+        let view = caches.view.read().unwrap();
+        let cached_claims =
+            listed(view.claims().map(|c| (c.name.to_string(), c.resource_version.to_string())).collect());
+        let cached_pods = listed(
+            view.pods()
+                .filter(|p| p.labels.get("gpu.cozystack.io/claims").map(String::as_str) == Some("true"))
+                .map(|p| (p.name.to_string(), p.resource_version.to_string()))
+                .collect(),
+        );
+        if !served_claims.is_empty() && served_claims == cached_claims && served_pods == cached_pods {
+            equal = true;
+            break;
+        }
+    }
+    assert!(equal, "the live controller's cache follows the served twin");
+    for task in tasks {
+        task.abort();
+    }
+    twin.stop().await;
+}
