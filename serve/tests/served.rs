@@ -278,11 +278,12 @@ async fn the_live_controllers_caches_sync_against_a_served_twin_and_follow_it() 
         .collect();
     let mut synced = caches.synced();
     tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|_| caches.all_synced())).await.unwrap().unwrap();
-    let view = caches.view.read().unwrap();
-    assert_eq!(view.nodes().count(), 2);
-    assert_eq!(view.classes().map(|class| class.name.as_str()).collect::<Vec<_>>(), ["gpu"]);
-    assert!(view.settings.controller_user.is_some(), "the settings ConfigMap is read by name");
-    drop(view);
+    {
+        let view = caches.view.read().unwrap();
+        assert_eq!(view.nodes().count(), 2);
+        assert_eq!(view.classes().map(|class| class.name.as_str()).collect::<Vec<_>>(), ["gpu"]);
+        assert!(view.settings.controller_user.is_some(), "the settings ConfigMap is read by name");
+    }
     // While VMs come and go, the cache follows the twin: its claims and launchers end equal to a fresh list.
     let claims: Api<GPUClaim> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
