@@ -156,6 +156,11 @@ fn kubectl_applies_and_deletes_a_claim_and_a_stale_replace_gets_409() {
     // The twin's GPU controller binds it, as any tenant's claim.
     let phase = ["get", "gpuclaim", "mine", "-n", "team", "-o", "jsonpath={.status.phase}/{.metadata.labels.team}"];
     twin.until(&phase, Duration::from_secs(30), |text| text == "Bound/vision");
+    // The controller's event about it is served, and describe lists it under the claim.
+    let described = twin.until(&["describe", "gpuclaim", "mine", "-n", "team"], Duration::from_secs(30), |text| {
+        text.contains("Normal  Bound")
+    });
+    assert!(described.contains("gpuclaim  bound to node \"gpu-000"), "{described}");
     // A replace from a stale copy is refused with the API server's words.
     let copy = twin.ok(&["get", "gpuclaim", "mine", "-n", "team", "-o", "json"]);
     std::fs::write(twin.dir.join("copy.json"), copy.replace("\"vision\"", "\"audio\"")).unwrap();

@@ -113,6 +113,8 @@ pub struct ApiServer {
     garbage_collector: User,
     /// The manifests clients wrote (served mode only, issue 39: [`objects`]); `None` in the in-process twin.
     manifests: Option<Box<Manifests>>,
+    /// The events the controller recorded, until the served layer takes them (served mode only).
+    recorded_events: Option<Vec<objects::event::Recorded>>,
 }
 
 impl Default for ApiServer {
@@ -140,6 +142,7 @@ impl ApiServer {
             watch: Watch::default(),
             garbage_collector: crate::users::garbage_collector(),
             manifests: None,
+            recorded_events: None,
         }
     }
 
@@ -798,7 +801,28 @@ impl ApiServer {
                 let class = self.store.class(class).expect("written above").clone();
                 Ok(vec![Change::Upsert(Object::Class(class))])
             }
-            Action::Event { .. } => Ok(Vec::new()),
+            Action::Event { kind, object, reason, message } => {
+                // Kept only for a served twin's clients (`kubectl describe`); nothing in the twin reads events.
+                if let Some(recorded) = &mut self.recorded_events {
+                    let uid = match kind {
+                        controller::EventKind::Claim => {
+                            self.store.claim(&object.namespace, &object.name).map(|c| c.uid.clone())
+                        }
+                        controller::EventKind::Pod => {
+                            self.store.pod(&object.namespace, &object.name).map(|p| p.uid.clone())
+                        }
+                    };
+                    let (kind, object, message) = (*kind, object.clone(), message.clone());
+                    recorded.push(objects::event::Recorded {
+                        kind,
+                        object,
+                        uid: uid.unwrap_or_default(),
+                        reason,
+                        message,
+                    });
+                }
+                Ok(Vec::new())
+            }
         }
     }
 

@@ -62,6 +62,10 @@ pub fn resource_of(kind: Kind) -> ResourceId {
 /// them.
 pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-node-lease", "kube-public", "kube-system"];
 
+/// The events (core/v1) a served twin keeps at most: the oldest go first, as the API server's events expire (after
+/// an hour there).
+pub const EVENTS_KEPT_MAX: usize = 10_000;
+
 /// The settings ConfigMap's key as served (the store names it by kind alone: there is one).
 fn served_key(key: ObjectKey) -> ObjectKey {
     match key.kind {
@@ -133,6 +137,27 @@ fn note_transitions(manifest: &mut Manifest, object: &mut Value, now: Time) {
 }
 
 impl World {
+    /// Stores the events the controller recorded since the last sync as core/v1 Events, each at its own revision,
+    /// dropping the oldest beyond [`EVENTS_KEPT_MAX`].
+    fn sync_events(&mut self, snapshot: &mut Snapshot, now: Time) {
+        let events = resources::find("", "v1", "events").expect("events are served").id();
+        for recorded in self.api.take_recorded_events() {
+            let revision: u64 = self.api.stamp().parse().unwrap_or_default();
+            let name = crate::apiserver::objects::event::name(&recorded, revision);
+            let namespace = recorded.object.namespace.to_string();
+            let object = crate::apiserver::objects::event::render(&recorded, revision, now);
+            snapshot.upsert(events, &namespace, &name, revision, object);
+            let kept = &mut self.served.as_mut().expect("served").events_kept;
+            kept.push_back((namespace, name));
+            let expired = kept.len().saturating_sub(EVENTS_KEPT_MAX);
+            let gone: Vec<(String, String)> = kept.drain(..expired).collect();
+            for (namespace, name) in gone {
+                let revision: u64 = self.api.stamp().parse().unwrap_or_default();
+                snapshot.remove(events, &namespace, &name, revision);
+            }
+        }
+    }
+
     /// Switches served mode on: the API server keeps manifests and its journal, and every object it holds now is
     /// rendered into the snapshot clients read, at the current revision. Watches keep `history_max` changes per
     /// resource. Returns the snapshot (shared; the world writes it at every [`World::served_sync`]).
@@ -221,6 +246,7 @@ impl World {
                 }
             }
         }
+        self.sync_events(&mut snapshot, now);
         let vmis = journal
             .iter()
             .filter(|(key, _)| key.kind == Kind::Vmi)

@@ -2,7 +2,7 @@
 //! readers share, and what it needs to render KubeVirt's VirtualMachines (the API server's store does not hold
 //! them: [`super::vms`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use gpuclaim_engine::model::Name;
@@ -21,6 +21,8 @@ pub struct ServedApi {
     pub(crate) vms_noted: BTreeSet<(Name, Name)>,
     /// Each VM's manifest and metadata, by (namespace, name).
     pub(crate) vm_manifests: BTreeMap<(Name, Name), Manifest>,
+    /// The events kept, oldest first, by (namespace, name).
+    pub(crate) events_kept: VecDeque<(String, String)>,
     /// What each VM's last render read of KubeVirt's state.
     pub(crate) vm_status_seen: BTreeMap<(Name, Name), VmStatusKey>,
 }
@@ -32,6 +34,7 @@ impl ServedApi {
             vms_noted: BTreeSet::new(),
             vm_manifests: BTreeMap::new(),
             vm_status_seen: BTreeMap::new(),
+            events_kept: VecDeque::new(),
         }
     }
 

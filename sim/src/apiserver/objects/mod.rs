@@ -15,6 +15,7 @@
 
 pub mod claim;
 pub mod class;
+pub mod event;
 pub mod judged;
 pub mod namespace;
 pub mod node;
@@ -95,6 +96,12 @@ impl ApiServer {
     /// the compact types lack.
     pub fn keep_manifests(&mut self) {
         self.manifests.get_or_insert_with(Box::default);
+        self.recorded_events.get_or_insert_with(Vec::new);
+    }
+
+    /// The events the controller recorded since the last call (served mode; none otherwise).
+    pub fn take_recorded_events(&mut self) -> Vec<event::Recorded> {
+        self.recorded_events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The manifests kept, when they are.
