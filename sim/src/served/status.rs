@@ -59,6 +59,11 @@ impl Details {
     }
 }
 
+/// 500 `InternalError`: the twin failed while it applied a write (a world error), worded by the error.
+pub fn internal_error(error: impl std::fmt::Display) -> Value {
+    status(500, "InternalError", &error.to_string(), None)
+}
+
 /// A failure `Status` body.
 pub fn status(code: u16, reason: &str, message: &str, details: Option<Details>) -> Value {
     let mut body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"});

@@ -217,12 +217,7 @@ impl World {
         };
         match request.verb {
             Verb::Create => {
-                let mut object = meta::body_object(request)?;
-                let suffix = meta::generated_suffix(self.api.revision() + 1);
-                let name = meta::identity(resource, request, &mut object, &suffix)?;
-                if self.api.store().tenant(&namespace).is_none() {
-                    return Err(super::writes::generic::namespace_missing(&namespace));
-                }
+                let (name, mut object) = self.created_object(request)?;
                 if self.vm(&namespace, &name).is_some() {
                     return Err(status::already_exists(resource, &name));
                 }
@@ -243,8 +238,7 @@ impl World {
                     .expect("served")
                     .vm_manifests
                     .insert((namespace.as_str().into(), name.as_str().into()), manifest);
-                self.create_vm(spec, None)
-                    .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+                self.create_vm(spec, None).map_err(status::internal_error)?;
                 Ok(stored(&name, 201))
             }
             Verb::Update | Verb::Patch => {
@@ -285,8 +279,7 @@ impl World {
                     manifest.json["metadata"]["deletionTimestamp"] = now.into();
                 }
                 let (ns, vm) = (Name::from(namespace.as_str()), Name::from(name.as_str()));
-                self.stop_vm(&ns, &vm)
-                    .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+                self.stop_vm(&ns, &vm).map_err(status::internal_error)?;
                 Ok(match self.vm(&namespace, &name) {
                     Some(_) => stored(&name, 200),
                     None => Written::Gone(current),

@@ -29,12 +29,7 @@ impl World {
         };
         match request.verb {
             Verb::Create => {
-                let mut object = meta::body_object(request)?;
-                let suffix = meta::generated_suffix(self.api.revision() + 1);
-                let name = meta::identity(resource, request, &mut object, &suffix)?;
-                if resource.namespaced && self.api.store().tenant(&namespace).is_none() {
-                    return Err(namespace_missing(&namespace));
-                }
+                let (name, mut object) = self.created_object(request)?;
                 if stored(&name).is_some() {
                     return Err(status::already_exists(resource, &name));
                 }
@@ -62,8 +57,7 @@ impl World {
                 {
                     // KubeVirt's migration controller takes it: the twin's migration of that VMI (its progress is the
                     // VMI's and its pods'; the migration object keeps what the client wrote).
-                    self.migrate(&namespace, &vmi, false)
-                        .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+                    self.migrate(&namespace, &vmi, false).map_err(status::internal_error)?;
                 }
                 Ok(written)
             }

@@ -116,7 +116,7 @@ impl World {
         };
         let answer = match self.schedule_watch_delivery() {
             Ok(()) => answer,
-            Err(error) => Err(status::status(500, "InternalError", &error.to_string(), None)),
+            Err(error) => Err(status::internal_error(error)),
         };
         self.served_sync();
         let mut answer = match answer {
@@ -138,6 +138,19 @@ impl World {
             answer.warnings = warnings;
         }
         answer
+    }
+
+    /// A create's object and name, as every kind starts one: the body read, its kind, name and namespace checked
+    /// (a `generateName` completed from the next revision), and the namespace it goes to existing.
+    pub(crate) fn created_object(&self, request: &WriteRequest) -> Result<(String, Value), Refused> {
+        let mut object = meta::body_object(request)?;
+        let suffix = meta::generated_suffix(self.api.revision() + 1);
+        let name = meta::identity(request.resource, request, &mut object, &suffix)?;
+        let namespace = request.namespace.as_deref().unwrap_or_default();
+        if request.resource.namespaced && self.api.store().tenant(namespace).is_none() {
+            return Err(generic::namespace_missing(namespace));
+        }
+        Ok((name, object))
     }
 
     /// Where a request's object lives: the registry's storage, except the settings ConfigMap, the one modelled

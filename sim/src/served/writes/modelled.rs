@@ -30,9 +30,9 @@ use super::meta::{self, DeleteOptions};
 use super::{Refused, Verb, WriteRequest, Written};
 use crate::apiserver::objects::uid_of;
 use crate::apiserver::{ApiError, Kind};
+use crate::served::resource_of;
 use crate::served::resources::Resource;
 use crate::served::status::{self, Cause};
-use crate::served::{resource_of, writes::generic::namespace_missing};
 use crate::world::{Event, World};
 
 /// The scheduler the twin's kube-scheduler is: pods naming another are left to it.
@@ -75,12 +75,7 @@ impl World {
         // The object as it is now, and the one the write proposes.
         let (name, current, mut object) = match request.verb {
             Verb::Create => {
-                let mut object = meta::body_object(request)?;
-                let suffix = meta::generated_suffix(self.api.revision() + 1);
-                let name = meta::identity(resource, request, &mut object, &suffix)?;
-                if resource.namespaced && self.api.store().tenant(&namespace).is_none() {
-                    return Err(namespace_missing(&namespace));
-                }
+                let (name, object) = self.created_object(request)?;
                 if self.api.render(&key_of(&name)).is_some() {
                     return Err(status::already_exists(resource, &name));
                 }
@@ -277,7 +272,7 @@ impl World {
             true => self.cordon(name, proposed.unschedulable),
             false => self.scheduler_cluster_changed(),
         };
-        result.map_err(|error| status::status(500, "InternalError", &error.to_string(), None))
+        result.map_err(status::internal_error)
     }
 
     fn write_pod(
@@ -312,9 +307,7 @@ impl World {
             }
             // As KubeVirt's launcher: the scheduler takes the pod now (a gated one waits at its gate).
             let event = Event::Schedule { namespace: namespace.into(), pod: name.into() };
-            return self
-                .schedule_at(self.now(), event)
-                .map_err(|error| status::status(500, "InternalError", &error.to_string(), None));
+            return self.schedule_at(self.now(), event).map_err(status::internal_error);
         }
         if request.subresource.as_deref() == Some("status") {
             return self.write_pod_status(request, namespace, name, object);
@@ -335,8 +328,7 @@ impl World {
         if ungated && !ungated_before {
             // As a tenant removing a gate: the scheduler takes the pod now.
             let event = Event::Schedule { namespace: namespace.into(), pod: name.into() };
-            self.schedule_at(self.now(), event)
-                .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+            self.schedule_at(self.now(), event).map_err(status::internal_error)?;
         }
         Ok(())
     }
@@ -382,7 +374,7 @@ impl World {
     fn delete_modelled(&mut self, kind: Kind, resource: &Resource, namespace: &str, name: &str) -> Result<(), Refused> {
         let refused = |error: ApiError| status::from_api_error(&error, resource, name);
         let user = crate::users::platform_admin();
-        let failed = |error: crate::world::WorldError| status::status(500, "InternalError", &error.to_string(), None);
+        let failed = |error: crate::world::WorldError| status::internal_error(error);
         match kind {
             Kind::Claim => self.api.delete_claim(namespace, name, None).map_err(refused),
             Kind::Class => self.api.delete_class(name).map(drop).map_err(refused),
@@ -441,8 +433,7 @@ impl World {
             let nodes = crate::served::resources::find("", "v1", "nodes").expect("served");
             return Err(status::not_found(nodes, &node));
         }
-        self.bind_pod(&namespace, &name, &node, "client")
-            .map_err(|error| status::status(500, "InternalError", &error.to_string(), None))?;
+        self.bind_pod(&namespace, &name, &node, "client").map_err(status::internal_error)?;
         let success =
             serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
         Ok(Written::Answered { code: 201, body: success })
