@@ -14,11 +14,12 @@
 //! ([`writes`]); PATCH's three patch types applied as the API server applies them ([`patch`]); VirtualMachines,
 //! KubeVirt's objects ([`vms`]); the CRD objects the twin pre-creates and their printer columns ([`crds`]); the
 //! Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the media ranges of an Accept header
-//! ([`media`]); what the world keeps of it while served ([`state`]); a custom resource checked against its CRD's
+//! ([`media`]); Go's quoting, as the API server's messages use it ([`go`]); what the world keeps of it while served ([`state`]); a custom resource checked against its CRD's
 //! structural schema, its unknown fields found and pruned ([`validate`]).
 
 pub mod crds;
 pub mod discovery;
+pub mod go;
 pub mod list;
 pub mod media;
 pub mod patch;

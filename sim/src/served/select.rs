@@ -75,7 +75,7 @@ pub enum RequirementError {
 
 /// One value refused by validation, as apimachinery's `field.Invalid` writes it: `path: Invalid value: "v": why`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: Invalid value: {}: {detail}", go_quoted(.value))]
+#[error("{path}: Invalid value: {}: {detail}", super::go::quote(.value))]
 pub struct InvalidValue {
     pub path: String,
     pub value: String,
@@ -94,30 +94,6 @@ fn aggregate(errors: &[InvalidValue]) -> String {
         [one] => one.clone(),
         many => format!("[{}]", many.join(", ")),
     }
-}
-
-/// A string quoted as Go's `%q` writes it, for the printable ASCII and control characters a selector can hold.
-fn go_quoted(value: &str) -> String {
-    let mut quoted = String::with_capacity(value.len() + 2);
-    quoted.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\u{7}' => quoted.push_str("\\a"),
-            '\u{8}' => quoted.push_str("\\b"),
-            '\u{c}' => quoted.push_str("\\f"),
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            '\u{b}' => quoted.push_str("\\v"),
-            c if (c as u32) < 0x80 && c.is_control() => quoted.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", c as u32)),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
 }
 
 /// A parsed label selector: every requirement must match. The empty selector matches everything.
@@ -873,6 +849,6 @@ mod tests {
 
     #[test]
     fn go_quoting_escapes_what_go_escapes() {
-        assert_eq!(go_quoted("a\"b\\c\u{1}\u{7f}\té\u{85}"), "\"a\\\"b\\\\c\\x01\\x7f\\té\\u0085\"");
+        assert_eq!(crate::served::go::quote("a\"b\\c\u{1}\u{7f}\té\u{85}"), "\"a\\\"b\\\\c\\x01\\x7f\\té\\u0085\"");
     }
 }

@@ -54,6 +54,7 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value};
 
 use super::crds;
+use super::go;
 use super::resources::Resource;
 use super::status::{self, Cause};
 
@@ -413,7 +414,7 @@ fn type_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause
 /// kube-openapi's `InvalidType` as apiextensions reports it (`field.TypeInvalid`, the value being the type or the
 /// text found, which the message quotes too).
 fn type_invalid(path: &str, type_name: &str, found: &str) -> Cause {
-    let found = go_quote(found);
+    let found = go::quote(found);
     let message = format!("Invalid value: {found}: {path} in body must be of type {type_name}: {found}");
     Cause::new("FieldValueTypeInvalid", &message, path)
 }
@@ -440,7 +441,7 @@ fn string_causes(text: &str, schema: &Value, path: &str, causes: &mut Vec<Cause>
     if let Some(min) = limit(schema, "minLength")
         && length < min
     {
-        causes.push(invalid(path, &go_quote(text), &format!("should be at least {min} chars long")));
+        causes.push(invalid(path, &go::quote(text), &format!("should be at least {min} chars long")));
     }
 }
 
@@ -578,8 +579,8 @@ fn enum_causes(value: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause
     let choices: Vec<String> = allowed
         .iter()
         .map(|choice| match choice {
-            Value::String(text) => go_quote(text),
-            other => go_quote(&other.to_string()),
+            Value::String(text) => go::quote(text),
+            other => go::quote(&other.to_string()),
         })
         .collect();
     let message = format!("Unsupported value: {}: supported values: {}", go_value(value), choices.join(", "));
@@ -716,7 +717,7 @@ fn is_time_of_day(text: &str) -> bool {
 /// as `"null"`, a list or a map with `%#v`.
 fn go_value(value: &Value) -> String {
     match value {
-        Value::Null => go_quote("null"),
+        Value::Null => go::quote("null"),
         value => go_syntax(value, 0),
     }
 }
@@ -735,7 +736,7 @@ fn go_syntax(value: &Value, depth: usize) -> String {
             Some(integer) => integer.to_string(),
             None => go_float(number.as_f64().unwrap_or(0.0)),
         },
-        Value::String(text) => go_quote(text),
+        Value::String(text) => go::quote(text),
         Value::Array(elements) => {
             let shown: Vec<String> = elements.iter().map(|element| go_syntax(element, depth + 1)).collect();
             format!("[]interface {{}}{{{}}}", shown.join(", "))
@@ -743,7 +744,7 @@ fn go_syntax(value: &Value, depth: usize) -> String {
         Value::Object(members) => {
             let shown: Vec<String> = members
                 .iter()
-                .map(|(key, member)| format!("{}:{}", go_quote(key), go_syntax(member, depth + 1)))
+                .map(|(key, member)| format!("{}:{}", go::quote(key), go_syntax(member, depth + 1)))
                 .collect();
             format!("map[string]interface {{}}{{{}}}", shown.join(", "))
         }
@@ -761,45 +762,6 @@ fn go_float(float: f64) -> String {
     }
     let sign = if exponent < 0 { '-' } else { '+' };
     format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
-}
-
-/// Go's `strconv.Quote`: printable characters as they are, the rest escaped.
-fn go_quote(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for character in text.chars() {
-        match character {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\u{7}' => quoted.push_str("\\a"),
-            '\u{8}' => quoted.push_str("\\b"),
-            '\u{c}' => quoted.push_str("\\f"),
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            '\u{b}' => quoted.push_str("\\v"),
-            ' ' => quoted.push(' '),
-            character if (character as u32) < 0x20 || character == '\u{7f}' => {
-                quoted.push_str(&format!("\\x{:02x}", character as u32));
-            }
-            character if !is_go_printable(character) => match character as u32 {
-                code if code < 0x10000 => quoted.push_str(&format!("\\u{code:04x}")),
-                code => quoted.push_str(&format!("\\U{code:08x}")),
-            },
-            character => quoted.push(character),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
-
-/// Go's `unicode.IsPrint`, near enough: not a control, a space other than U+0020, a line or paragraph separator, or
-/// one of the common format characters.
-fn is_go_printable(character: char) -> bool {
-    !(character.is_control()
-        || character.is_whitespace()
-        || matches!(character, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}')
-        || character == '\u{feff}')
 }
 
 // --- Unknown fields and pruning (apiextensions `schema/pruning`).
@@ -984,10 +946,10 @@ mod tests {
 
     #[test]
     fn strings_quote_as_go_quotes_them() {
-        assert_eq!(go_quote("two"), "\"two\"");
-        assert_eq!(go_quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
-        assert_eq!(go_quote("\u{1}\u{7f}"), "\"\\x01\\x7f\"");
-        assert_eq!(go_quote("\u{a0}é"), "\"\\u00a0é\"");
+        assert_eq!(go::quote("two"), "\"two\"");
+        assert_eq!(go::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+        assert_eq!(go::quote("\u{1}\u{7f}"), "\"\\x01\\x7f\"");
+        assert_eq!(go::quote("\u{a0}é"), "\"\\u00a0é\"");
     }
 
     #[test]
