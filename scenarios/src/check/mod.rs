@@ -10,5 +10,5 @@ pub mod suite;
 pub use expect::{Expectation, ExpectationSpec, Figure, Subject, When};
 pub use invariants::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 pub use run::{
-    CheckedRun, Judged, RunFigures, Stop, check_event, run_checked, run_checked_world, run_twice, watch_invariants,
+    Checker, CheckedRun, Judged, RunFigures, Stop, check_event, run_checked, run_checked_world, run_twice, watch_invariants,
 };

@@ -140,13 +140,13 @@ impl CheckedRun {
 }
 
 /// What one expectation has seen so far.
-struct Tracking<'e> {
-    expectation: &'e Expectation,
+struct Tracking {
+    expectation: Expectation,
     seen_pods: BTreeSet<String>,
     verdict: Option<Judged>,
 }
 
-impl Tracking<'_> {
+impl Tracking {
     fn judge(&mut self, passed: bool, detail: String) {
         if self.verdict.is_none() {
             self.verdict = Some(Judged { label: self.expectation.label.clone(), passed, detail });
@@ -175,129 +175,215 @@ pub fn run_checked_world(
     seed: u64,
     log: EventLog,
 ) -> Result<(CheckedRun, World), ScenarioError> {
-    let expectations = scenario.expectations()?;
     let mut world = scenario.build(seed, log)?;
     world.set_variant(variant);
-    let mut invariants = watch_invariants(&mut world, variant, scenario.reaction_time());
-    let mut tracking: Vec<Tracking<'_>> = expectations
-        .iter()
-        .filter(|e| e.applies_to(judge_as))
-        .map(|expectation| Tracking { expectation, seen_pods: BTreeSet::new(), verdict: None })
-        .collect();
-    let end = scenario.duration.0;
-    // The run goes in segments ending at every time an expectation is judged at.
-    let mut cuts: BTreeSet<Millis> = tracking
-        .iter()
-        .filter_map(|t| match t.expectation.when {
-            When::At(at) | When::By(at) => Some(at.min(end)),
-            _ => None,
-        })
-        .collect();
-    cuts.insert(end);
-    // A rate expectation's invariant is expected too (its break is no failure) but not awaited: the run goes on
-    // to its end unless every promised invariant broke.
-    let expected: BTreeSet<Invariant> = tracking
-        .iter()
-        .filter_map(|t| match t.expectation.subject {
-            Subject::Invariant(invariant) => Some(invariant),
-            _ => None,
-        })
-        .collect();
-    let awaited: BTreeSet<Invariant> = tracking
-        .iter()
-        .filter_map(|t| match t.expectation.subject {
-            Subject::Invariant(invariant) if t.expectation.rate_per_mille.is_none() => Some(invariant),
-            _ => None,
-        })
-        .collect();
-    let mut broken = Vec::new();
-    let mut stop = None;
-    for cut in cuts {
-        let outcome = world.run_observed(cut, EVENTS_MAX, |world| {
-            check_event_expecting(&mut invariants, world, &expected, &awaited, &mut broken)?;
-            let now = world.now();
-            for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
-                match t.expectation.when {
-                    When::By(deadline) if now <= deadline && t.expectation.holds(world, &mut t.seen_pods) => {
-                        t.judge(true, format!("met at {now}"));
-                    }
-                    When::Never { from } if now >= from && t.expectation.holds(world, &mut t.seen_pods) => {
-                        let seen = t.expectation.observed(world);
-                        t.judge(false, format!("happened at {now} ({seen})"));
-                    }
-                    // Pods seen before an `at` is judged count for `Deleted`.
-                    When::At(_) | When::End if matches!(t.expectation.subject, Subject::Pod { .. }) => {
-                        t.expectation.holds(world, &mut t.seen_pods);
-                    }
-                    _ => {}
-                }
-            }
-            Ok::<(), Stop>(())
-        })?;
+    let mut checker = Checker::new(scenario, &mut world, variant, judge_as, seed)?;
+    while let Some(cut) = checker.next_cut(world.now()) {
+        let outcome = world.run_observed(cut, EVENTS_MAX, |world| checker.observe(world))?;
         if let Err(stopped) = outcome {
-            // Every expected invariant broken: the counterfactual's end. Anything else: the run failed there.
-            if !expected.contains(&stopped.violation.invariant) {
-                stop = Some(stopped);
-            }
+            checker.stopped(stopped);
             break;
         }
-        judge_at(&world, &mut tracking, cut, cut == end);
+        checker.judge_cut(&world, cut);
     }
-    let now = world.now();
-    for t in &mut tracking {
-        let seen = |invariant: &Invariant| broken.iter().find(|b| b.violation.invariant == *invariant);
-        match (&t.expectation.subject, &stop) {
-            (Subject::Invariant(invariant), _) if seen(invariant).is_some() => {
-                let first = seen(invariant).expect("found");
-                t.judge(
-                    true,
-                    format!("broken after event {} at {}: {}", first.event, first.at, first.violation.detail),
-                );
-            }
-            (Subject::Invariant(invariant), _) => match t.expectation.rate_per_mille {
-                Some(rate) => t.judge(
-                    true,
-                    format!(
-                        "not broken in this run; {invariant} is expected in {:.1}% of runs",
-                        f64::from(rate) / 10.0
-                    ),
-                ),
-                None => t.judge(false, format!("the run did not break invariant {invariant}")),
-            },
-            _ if stop.is_some() => t.judge(false, format!("not reached: the run stopped at {now}")),
-            _ => {}
-        }
-    }
-    // What is left is judged on the state the run ended or stopped in.
-    let final_cut = now;
-    judge_at(&world, &mut tracking, final_cut, true);
-    let rates = tracking
-        .iter()
-        .filter_map(|t| match (t.expectation.rate_per_mille, &t.expectation.subject) {
-            (Some(rate), Subject::Invariant(invariant)) => {
-                let seen = broken.iter().any(|b| b.violation.invariant == *invariant);
-                Some((t.expectation.label.clone(), rate, seen))
-            }
-            _ => None,
-        })
-        .collect();
-    let judged = tracking.into_iter().map(|t| t.verdict.expect("every expectation judged")).collect();
-    // Closing the log flushes its sink: a write error there is the run's error.
-    world.take_log().finish().map_err(WorldError::from)?;
-    let figures = RunFigures {
-        events: world.events(),
-        vm_starts: world.vm_starts(),
-        start_wait: world.start_waits(),
-        refusals: world.stats().refusals.values().sum(),
-        waiting_at_gate: world.waiting_at_gate().values().sum(),
-    };
-    let run =
-        CheckedRun { variant: judge_as.to_owned(), seed, hash: world.log_hash(), stop, broken, rates, judged, figures };
+    let run = checker.finish(&mut world)?;
     Ok((run, world))
 }
 
+/// One checked run's judge, handed the world after every event by whoever drives it: [`run_checked_world`] in
+/// virtual time, or the served twin paced to the wall clock. The driver runs to each [`Checker::next_cut`] (a time
+/// an expectation is judged at, and the end), calls [`Checker::judge_cut`] there, and [`Checker::finish`] at the
+/// end or once an observation stopped the run.
+pub struct Checker {
+    judge_as: String,
+    seed: u64,
+    invariants: Invariants,
+    tracking: Vec<Tracking>,
+    /// The times the run is cut at to judge, the end last.
+    cuts: BTreeSet<Millis>,
+    end: Millis,
+    /// The invariants the scenario expects of this variant (their break is no failure).
+    expected: BTreeSet<Invariant>,
+    /// Those promised for every run: once all broke, the run ends there.
+    awaited: BTreeSet<Invariant>,
+    broken: Vec<Stop>,
+    stop: Option<Stop>,
+    /// The run stopped (an invariant, or all awaited ones broken): nothing is cut any more.
+    over: bool,
+}
+
+impl Checker {
+    /// The judge of `world` (built from `scenario`, not run yet) under `variant`, by `judge_as`'s expectations.
+    pub fn new(
+        scenario: &Scenario,
+        world: &mut World,
+        variant: Variant,
+        judge_as: &str,
+        seed: u64,
+    ) -> Result<Checker, ScenarioError> {
+        let expectations = scenario.expectations()?;
+        let invariants = watch_invariants(world, variant, scenario.reaction_time());
+        let tracking: Vec<Tracking> = expectations
+            .into_iter()
+            .filter(|e| e.applies_to(judge_as))
+            .map(|expectation| Tracking { expectation, seen_pods: BTreeSet::new(), verdict: None })
+            .collect();
+        let end = scenario.duration.0;
+        // The run goes in segments ending at every time an expectation is judged at.
+        let mut cuts: BTreeSet<Millis> = tracking
+            .iter()
+            .filter_map(|t| match t.expectation.when {
+                When::At(at) | When::By(at) => Some(at.min(end)),
+                _ => None,
+            })
+            .collect();
+        cuts.insert(end);
+        // A rate expectation's invariant is expected too (its break is no failure) but not awaited: the run goes on
+        // to its end unless every promised invariant broke.
+        let expected: BTreeSet<Invariant> = tracking
+            .iter()
+            .filter_map(|t| match t.expectation.subject {
+                Subject::Invariant(invariant) => Some(invariant),
+                _ => None,
+            })
+            .collect();
+        let awaited: BTreeSet<Invariant> = tracking
+            .iter()
+            .filter_map(|t| match t.expectation.subject {
+                Subject::Invariant(invariant) if t.expectation.rate_per_mille.is_none() => Some(invariant),
+                _ => None,
+            })
+            .collect();
+        Ok(Checker {
+            judge_as: judge_as.to_owned(),
+            seed,
+            invariants,
+            tracking,
+            cuts,
+            end,
+            expected,
+            awaited,
+            broken: Vec::new(),
+            stop: None,
+            over: false,
+        })
+    }
+
+    /// The next time to run to and judge at (the end last), or `None` once the run is over.
+    pub fn next_cut(&self, now: Millis) -> Option<Millis> {
+        if self.over {
+            return None;
+        }
+        self.cuts.range(now..).next().copied()
+    }
+
+    /// Checks what the world's last event (or write) changed and what the expectations watching all along see.
+    pub fn observe(&mut self, world: &mut World) -> Result<(), Stop> {
+        check_event_expecting(&mut self.invariants, world, &self.expected, &self.awaited, &mut self.broken)?;
+        let now = world.now();
+        for t in self.tracking.iter_mut().filter(|t| t.verdict.is_none()) {
+            match t.expectation.when {
+                When::By(deadline) if now <= deadline && t.expectation.holds(world, &mut t.seen_pods) => {
+                    t.judge(true, format!("met at {now}"));
+                }
+                When::Never { from } if now >= from && t.expectation.holds(world, &mut t.seen_pods) => {
+                    let seen = t.expectation.observed(world);
+                    t.judge(false, format!("happened at {now} ({seen})"));
+                }
+                // Pods seen before an `at` is judged count for `Deleted`.
+                When::At(_) | When::End if matches!(t.expectation.subject, Subject::Pod { .. }) => {
+                    t.expectation.holds(world, &mut t.seen_pods);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// An observation stopped the run: every expected invariant broken is the counterfactual's end; anything else
+    /// is the run failing there.
+    pub fn stopped(&mut self, stopped: Stop) {
+        if !self.expected.contains(&stopped.violation.invariant) {
+            self.stop = Some(stopped);
+        }
+        self.over = true;
+    }
+
+    /// Judges the expectations due at `cut` (the world has run to it); the end's cut judges every one left.
+    pub fn judge_cut(&mut self, world: &World, cut: Millis) {
+        judge_at(world, &mut self.tracking, cut, cut == self.end);
+        self.cuts.retain(|at| *at > cut);
+        if cut >= self.end {
+            self.over = true;
+        }
+    }
+
+    /// The run's outcome: what is left judged on the state the run ended or stopped in, the log closed.
+    pub fn finish(mut self, world: &mut World) -> Result<CheckedRun, ScenarioError> {
+        let now = world.now();
+        let (broken, stop) = (&self.broken, &self.stop);
+        for t in &mut self.tracking {
+            let seen = |invariant: &Invariant| broken.iter().find(|b| b.violation.invariant == *invariant);
+            match (&t.expectation.subject, stop) {
+                (Subject::Invariant(invariant), _) if seen(invariant).is_some() => {
+                    let first = seen(invariant).expect("found");
+                    t.judge(
+                        true,
+                        format!("broken after event {} at {}: {}", first.event, first.at, first.violation.detail),
+                    );
+                }
+                (Subject::Invariant(invariant), _) => match t.expectation.rate_per_mille {
+                    Some(rate) => t.judge(
+                        true,
+                        format!(
+                            "not broken in this run; {invariant} is expected in {:.1}% of runs",
+                            f64::from(rate) / 10.0
+                        ),
+                    ),
+                    None => t.judge(false, format!("the run did not break invariant {invariant}")),
+                },
+                _ if stop.is_some() => t.judge(false, format!("not reached: the run stopped at {now}")),
+                _ => {}
+            }
+        }
+        // What is left is judged on the state the run ended or stopped in.
+        judge_at(world, &mut self.tracking, now, true);
+        let rates = self
+            .tracking
+            .iter()
+            .filter_map(|t| match (t.expectation.rate_per_mille, &t.expectation.subject) {
+                (Some(rate), Subject::Invariant(invariant)) => {
+                    let seen = self.broken.iter().any(|b| b.violation.invariant == *invariant);
+                    Some((t.expectation.label.clone(), rate, seen))
+                }
+                _ => None,
+            })
+            .collect();
+        let judged = self.tracking.into_iter().map(|t| t.verdict.expect("every expectation judged")).collect();
+        // Closing the log flushes its sink: a write error there is the run's error.
+        world.take_log().finish().map_err(WorldError::from)?;
+        let figures = RunFigures {
+            events: world.events(),
+            vm_starts: world.vm_starts(),
+            start_wait: world.start_waits(),
+            refusals: world.stats().refusals.values().sum(),
+            waiting_at_gate: world.waiting_at_gate().values().sum(),
+        };
+        Ok(CheckedRun {
+            variant: self.judge_as,
+            seed: self.seed,
+            hash: world.log_hash(),
+            stop: self.stop,
+            broken: self.broken,
+            rates,
+            judged,
+            figures,
+        })
+    }
+}
+
 /// Judges the expectations due at `cut` (and, at the `end`, every one not judged yet).
-fn judge_at(world: &World, tracking: &mut [Tracking<'_>], cut: Millis, end: bool) {
+fn judge_at(world: &World, tracking: &mut [Tracking], cut: Millis, end: bool) {
     for t in tracking.iter_mut().filter(|t| t.verdict.is_none()) {
         let due = match t.expectation.when {
             When::At(at) => at <= cut || end,
