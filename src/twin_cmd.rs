@@ -35,6 +35,17 @@ pub struct Serve {
     /// Listen on an address other than loopback (anyone who can reach it and holds the token controls the twin).
     #[arg(long)]
     pub allow_remote: bool,
+    /// The GPU controller is not the twin's: the chart's Deployment, once applied, runs as `gpuclaim controller`
+    /// processes, and the story's clock starts once they are ready (docs/adapter.md, "End to end on the twin").
+    #[arg(long)]
+    pub external_controller: bool,
+    /// Judge the run by the scenario's expectations and invariants; at its end write this JSON report and exit
+    /// (status 1 when an expectation failed or an invariant broke).
+    #[arg(long, value_name = "FILE")]
+    pub report_out: Option<PathBuf>,
+    /// The variant whose rules the twin's own actors run and whose expectations judge the run.
+    #[arg(long, value_name = "NAME", default_value = "shipped")]
+    pub variant: String,
 }
 
 pub fn serve(args: Serve) -> anyhow::Result<()> {
@@ -48,11 +59,31 @@ pub fn serve(args: Serve) -> anyhow::Result<()> {
     config.seed = args.seed.or(config.scenario.seed).unwrap_or(1);
     config.until = args.until.map(|until| Millis(until.as_millis().min(u128::from(u64::MAX)) as u64));
     config.history_max = args.watch_history;
+    config.outside_controller = args.external_controller;
+    if args.report_out.is_some() {
+        let variant = gpuclaim_engine::variant::Variant::named(&args.variant).map_err(|e| anyhow!("--variant: {e}"))?;
+        config.judging = Some(gpuclaim_serve::Judging { variant, judge_as: args.variant.clone() });
+    } else if args.variant != "shipped" {
+        bail!("--variant judges a run: give --report-out too");
+    }
+    let (name, report) = (config.scenario.name.clone(), std::sync::Arc::clone(&config.report));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("failed to start tokio")?;
     runtime.block_on(gpuclaim_serve::run(
         config,
         |ready| println!("serving https://{} (kubeconfig {})", ready.address, ready.kubeconfig.display()),
         crate::controller_cmd::terminated(),
     ))?;
-    Ok(())
+    let Some(path) = &args.report_out else { return Ok(()) };
+    let report = report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+    let Some(report) = report else { bail!("stopped before the run ended: no report written to {}", path.display()) };
+    let json = gpuclaim_serve::report::to_json(&name, &report);
+    let text = serde_json::to_string_pretty(&json).context("failed to encode the report")?;
+    std::fs::write(path, text + "\n").with_context(|| format!("failed to write the report {}", path.display()))?;
+    match report.run.failure() {
+        None => Ok(()),
+        Some(failure) => {
+            eprintln!("the run failed: {failure}");
+            std::process::exit(1)
+        }
+    }
 }

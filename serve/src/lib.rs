@@ -19,6 +19,7 @@ pub mod auth;
 pub mod certs;
 pub mod http;
 pub mod pacer;
+pub mod report;
 pub mod respond;
 pub mod route;
 pub mod shared;
@@ -36,6 +37,7 @@ use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::served::store::HISTORY_PER_RESOURCE_MAX;
 
 use pacer::Speed;
+pub use world_thread::{Judging, RunReport};
 use world_thread::{WorldConfig, WorldFailure};
 
 /// What to serve, where.
@@ -51,11 +53,28 @@ pub struct Config {
     pub kubeconfig_out: PathBuf,
     /// Changes kept per resource for watches to resume from.
     pub history_max: usize,
+    /// The GPU controller runs outside the world: its processes, run from the applied Deployment.
+    pub outside_controller: bool,
+    /// Judge the run by the scenario's expectations; the server stops once the run ends, its report in `report`.
+    pub judging: Option<Judging>,
+    /// Where a judged run's report is left.
+    pub report: Arc<std::sync::Mutex<Option<RunReport>>>,
 }
 
 impl Config {
     pub fn new(scenario: Scenario, listen: SocketAddr, kubeconfig_out: PathBuf, speed: Speed) -> Config {
-        Config { scenario, seed: 1, speed, until: None, listen, kubeconfig_out, history_max: HISTORY_PER_RESOURCE_MAX }
+        Config {
+            scenario,
+            seed: 1,
+            speed,
+            until: None,
+            listen,
+            kubeconfig_out,
+            history_max: HISTORY_PER_RESOURCE_MAX,
+            outside_controller: false,
+            judging: None,
+            report: Arc::default(),
+        }
     }
 }
 
@@ -105,13 +124,16 @@ pub async fn run(
     ready: impl FnOnce(&Ready),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let world = world_thread::start(WorldConfig {
+    let mut world = world_thread::start(WorldConfig {
         scenario: config.scenario,
         seed: config.seed,
         speed: config.speed,
         until: config.until,
         history_max: config.history_max,
+        outside_controller: config.outside_controller,
+        judging: config.judging.clone(),
     })?;
+    let report = world.take_report();
     let listener = gpuclaim_adapter::https::listen(config.listen)
         .map_err(|source| ServeError::Listen { address: config.listen, source })?;
     let bound = listener.local_addr().map_err(|source| ServeError::Listen { address: config.listen, source })?;
@@ -138,10 +160,20 @@ pub async fn run(
             tokio::time::sleep(WORLD_CHECK_INTERVAL).await;
         }
     };
+    let judged = async {
+        match report {
+            Some(report) if config.judging.is_some() => match report.await {
+                Ok(report) => *config.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(report),
+                Err(_) => std::future::pending().await,
+            },
+            _ => std::future::pending().await,
+        }
+    };
     let stop = async {
         tokio::select! {
             () = shutdown => {}
             () = world_failed => {}
+            () = judged => {}
         }
         let _ = stop_watches.send(true);
     };

@@ -12,12 +12,14 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use gpuclaim_engine::variant::Variant;
+use gpuclaim_scenarios::check::{CheckedRun, Checker};
 use gpuclaim_scenarios::scenario::Scenario;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::served::store::Snapshot;
 use gpuclaim_sim::served::writes::{Answer, WriteRequest};
-use gpuclaim_sim::world::World;
+use gpuclaim_sim::world::{HostAction, Stats, World};
 
 use crate::pacer::{Pacer, Speed};
 
@@ -38,6 +40,38 @@ pub struct WorldConfig {
     pub until: Option<Millis>,
     /// Changes kept per resource for watches to resume from.
     pub history_max: usize,
+    /// The GPU controller runs outside the world (its processes, started by the [`Host`] attached later): the
+    /// world's own deploys no replica, and the clock holds at zero until the host says the product is ready.
+    pub outside_controller: bool,
+    /// Judge the run by the scenario's expectations and invariants, as `sim run` does; the report is sent once
+    /// the run ends ([`WorldHandle::take_report`]).
+    pub judging: Option<Judging>,
+}
+
+/// How a served run is judged: the engine's variant the twin's actors run, and whose expectations apply.
+#[derive(Clone, Debug)]
+pub struct Judging {
+    pub variant: Variant,
+    pub judge_as: String,
+}
+
+/// What a judged run reports at its end.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub run: CheckedRun,
+    pub stats: Stats,
+    /// The virtual time the run ended at.
+    pub ended_at: Millis,
+}
+
+/// The host of an outside controller: it runs the controller's processes and answers for them.
+pub trait Host: Send {
+    /// Whether the product is installed and ready (the story's clock starts the first time it is).
+    fn ready(&mut self) -> bool;
+    /// Whether a replica leads now (the Lease names a live replica).
+    fn leads(&mut self) -> bool;
+    /// Does what the world asks (a replica's crash, an outage).
+    fn act(&mut self, action: HostAction);
 }
 
 /// What the world's thread is told.
@@ -45,6 +79,8 @@ pub enum Command {
     Stop,
     /// A client's write, answered on the channel once applied and rendered.
     Write(Box<WriteRequest>, tokio::sync::oneshot::Sender<Answer>),
+    /// The host of the outside controller, attached once it can run (after the server listens).
+    Attach(Box<dyn Host>),
 }
 
 /// Writes waiting for the world at most; a write beyond is answered 429 (the API server's max-in-flight limit).
@@ -70,6 +106,7 @@ pub struct WorldHandle {
     pub epoch_ms: i64,
     commands: SyncSender<Command>,
     thread: Option<JoinHandle<Result<(), WorldFailure>>>,
+    report: Option<tokio::sync::oneshot::Receiver<RunReport>>,
 }
 
 /// Where writes are sent to the world: clonable, for the HTTP tasks.
@@ -101,6 +138,16 @@ impl WorldHandle {
         Writes(self.commands.clone())
     }
 
+    /// Attaches the outside controller's host.
+    pub fn attach(&self, host: Box<dyn Host>) {
+        let _ = self.commands.send(Command::Attach(host));
+    }
+
+    /// The judged run's report, once (it arrives when the run ends).
+    pub fn take_report(&mut self) -> Option<tokio::sync::oneshot::Receiver<RunReport>> {
+        self.report.take()
+    }
+
     /// Whether the world's thread has ended (a failure: it runs until told to stop).
     pub fn ended(&self) -> bool {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
@@ -117,13 +164,14 @@ impl Drop for WorldHandle {
 pub fn start(config: WorldConfig) -> Result<WorldHandle, WorldFailure> {
     let (commands, received) = std::sync::mpsc::sync_channel(WRITES_QUEUED_MAX);
     let (ready, started) = std::sync::mpsc::sync_channel(1);
+    let (reported, report) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("gpuclaim-twin-world".into())
-        .spawn(move || run(config, received, ready))
+        .spawn(move || run(config, received, ready, reported))
         .map_err(|error| WorldFailure::Build(format!("cannot start the world's thread: {error}")))?;
     match started.recv() {
         Ok(Ok((snapshot, head, now, epoch_ms))) => {
-            Ok(WorldHandle { snapshot, head, now, epoch_ms, commands, thread: Some(thread) })
+            Ok(WorldHandle { snapshot, head, now, epoch_ms, commands, thread: Some(thread), report: Some(report) })
         }
         Ok(Err(failure)) => Err(failure),
         Err(_) => Err(match thread.join() {
@@ -139,6 +187,7 @@ fn run(
     config: WorldConfig,
     commands: Receiver<Command>,
     ready: SyncSender<Result<Started, WorldFailure>>,
+    reported: tokio::sync::oneshot::Sender<RunReport>,
 ) -> Result<(), WorldFailure> {
     let mut world = match config.scenario.build(config.seed, EventLog::new(None)) {
         Ok(world) => world,
@@ -146,6 +195,23 @@ fn run(
             let _ = ready.send(Err(WorldFailure::Build(error.to_string())));
             return Ok(());
         }
+    };
+    if config.outside_controller {
+        world.hand_over_controller();
+    }
+    let mut judge = match &config.judging {
+        Some(judging) => {
+            world.set_variant(judging.variant);
+            let checker = Checker::new(&config.scenario, &mut world, judging.variant, &judging.judge_as, config.seed);
+            match checker {
+                Ok(checker) => Some(Judge { checker: Some(checker), reported: Some(reported) }),
+                Err(error) => {
+                    let _ = ready.send(Err(WorldFailure::Build(error.to_string())));
+                    return Ok(());
+                }
+            }
+        }
+        None => None,
     };
     let snapshot = world.serve(config.history_max);
     let head = snapshot.read().map(|s| s.head()).unwrap_or_default();
@@ -155,63 +221,159 @@ fn run(
     if ready.send(Ok((snapshot, head, Arc::clone(&now), epoch_ms))).is_err() {
         return Ok(());
     }
-    let pacer = Pacer::new(Instant::now(), world.now(), config.speed);
+    let mut host: Option<Box<dyn Host>> = None;
+    // The clock starts at once, unless the controller is outside: then once its host says the product is ready.
+    let mut pacer = (!config.outside_controller).then(|| Pacer::new(Instant::now(), world.now(), config.speed));
     let started = Instant::now();
     let mut until_reported = false;
+    let mut context = Context { world: &mut world, judge: &mut judge, moved: &moved };
     loop {
         loop {
             match commands.try_recv() {
                 Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
-                Ok(Command::Write(request, reply)) => write(&mut world, &request, reply, &moved),
+                Ok(Command::Write(request, reply)) => context.write(&request, reply)?,
+                Ok(Command::Attach(attached)) => host = Some(attached),
                 Err(TryRecvError::Empty) => break,
             }
         }
-        let next = world.next_event_at();
-        // At `max` speed: to the next event, or to `--until` once none is left before it.
-        let target =
-            pacer.target(Instant::now()).or(next).unwrap_or(config.until.unwrap_or(world.now()).max(world.now()));
-        let target = config.until.map_or(target, |until| target.min(until));
-        if target > world.now() || next.is_some_and(|next| next <= target) {
-            let sync = |world: &mut World| {
-                world.served_sync();
-                Ok::<(), std::convert::Infallible>(())
-            };
-            let ran = world.run_observed(target, EVENTS_PER_SLICE_MAX, sync);
-            if let Err(error) = ran {
-                return Err(WorldFailure::Run { at: world.now(), reason: error.to_string() });
+        if let Some(host) = &mut host {
+            context.world.set_outside_leader(host.leads());
+            if pacer.is_none() && host.ready() {
+                eprintln!("the product is ready: the story starts");
+                pacer = Some(Pacer::new(Instant::now(), context.world.now(), config.speed));
             }
-            world.served_sync();
-            now.store(world.now().0, Ordering::Relaxed);
-            moved.send_replace(world.api.revision());
+        }
+        let world_over = context.judge.as_ref().is_some_and(|judge| judge.over());
+        if let Some(pacer) = pacer.as_ref().filter(|_| !world_over) {
+            context.run_slice(pacer, config.until)?;
+            if let Some(host) = &mut host {
+                for action in context.world.take_host_actions() {
+                    host.act(action);
+                }
+            }
+            now.store(context.world.now().0, Ordering::Relaxed);
         }
         if let Some(until) = config.until
             && !until_reported
-            && world.now() >= until
+            && context.world.now() >= until
         {
             // Said once on standard error, for the person (or the benchmark) waiting for it.
             let seconds = started.elapsed().as_secs_f64();
             eprintln!("reached --until at {} ms virtual after {seconds:.2} s wall", until.0);
             until_reported = true;
         }
-        let due = world.next_event_at().filter(|at| config.until.is_none_or(|until| *at <= until));
-        let wait = due.map_or(SLEEP_MAX, |at| pacer.until(Instant::now(), at).min(SLEEP_MAX));
+        let due = context.world.next_event_at().filter(|at| config.until.is_none_or(|until| *at <= until));
+        let wait = match (&pacer, due) {
+            (Some(pacer), Some(at)) if !world_over => pacer.until(Instant::now(), at).min(SLEEP_MAX),
+            _ => SLEEP_MAX,
+        };
         match commands.recv_timeout(wait) {
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            Ok(Command::Write(request, reply)) => write(&mut world, &request, reply, &moved),
+            Ok(Command::Write(request, reply)) => context.write(&request, reply)?,
+            Ok(Command::Attach(attached)) => host = Some(attached),
             Err(RecvTimeoutError::Timeout) => {}
         }
     }
 }
 
-/// Applies one client's write now, answers it, and tells the watches.
-fn write(
-    world: &mut World,
-    request: &WriteRequest,
-    reply: tokio::sync::oneshot::Sender<Answer>,
-    moved: &tokio::sync::watch::Sender<u64>,
-) {
-    let answer = world.served_write(request);
-    moved.send_replace(world.api.revision());
-    // A client that went away meanwhile needs no answer.
-    let _ = reply.send(answer);
+/// A judged run's state on the world's thread.
+struct Judge {
+    /// The run's checker, until the run ends (its end reached, or an invariant stopped it).
+    checker: Option<Checker>,
+    /// Where the report goes, until it is sent.
+    reported: Option<tokio::sync::oneshot::Sender<RunReport>>,
+}
+
+impl Judge {
+    /// The run ended: its report is sent.
+    fn over(&self) -> bool {
+        self.checker.is_none()
+    }
+}
+
+/// What the world's thread works on.
+struct Context<'a> {
+    world: &'a mut World,
+    judge: &'a mut Option<Judge>,
+    moved: &'a tokio::sync::watch::Sender<u64>,
+}
+
+impl Context<'_> {
+    /// Runs the world to where the pacer says it should be (a judged run stops at each time it judges at).
+    fn run_slice(&mut self, pacer: &Pacer, until: Option<Millis>) -> Result<(), WorldFailure> {
+        let world = &mut *self.world;
+        let next = world.next_event_at();
+        // At `max` speed: to the next event, or to `--until` once none is left before it.
+        let target = pacer.target(Instant::now()).or(next).unwrap_or(until.unwrap_or(world.now()).max(world.now()));
+        let mut target = until.map_or(target, |until| target.min(until));
+        let checker = self.judge.as_ref().and_then(|judge| judge.checker.as_ref());
+        let cut = checker.and_then(|checker| checker.next_cut(world.now()));
+        if let Some(cut) = cut {
+            target = target.min(cut);
+        }
+        if !(target > world.now() || next.is_some_and(|next| next <= target)) {
+            return Ok(());
+        }
+        let judge = &mut *self.judge;
+        let ran = world.run_observed(target, EVENTS_PER_SLICE_MAX, |world| {
+            world.served_sync();
+            match judge.as_mut().and_then(|judge| judge.checker.as_mut()) {
+                Some(checker) => checker.observe(world),
+                None => Ok(()),
+            }
+        });
+        let stopped = match ran {
+            Err(error) => return Err(WorldFailure::Run { at: world.now(), reason: error.to_string() }),
+            Ok(Err(stop)) => Some(stop),
+            Ok(Ok(_)) => None,
+        };
+        world.served_sync();
+        self.moved.send_replace(world.api.revision());
+        if let Some(checker) = self.judge.as_mut().and_then(|judge| judge.checker.as_mut()) {
+            match stopped {
+                Some(stop) => checker.stopped(stop),
+                // Judged at a cut once every event due by it ran.
+                None if cut == Some(world.now()) && world.next_event_at().is_none_or(|at| at > world.now()) => {
+                    checker.judge_cut(world, world.now());
+                }
+                None => {}
+            }
+            if checker.next_cut(world.now()).is_none() {
+                self.finish()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the judged run's report; the world runs no more events (it goes on serving what it reached).
+    fn finish(&mut self) -> Result<(), WorldFailure> {
+        let Some(judge) = self.judge.as_mut() else { return Ok(()) };
+        let (Some(checker), Some(reported)) = (judge.checker.take(), judge.reported.take()) else { return Ok(()) };
+        let ended_at = self.world.now();
+        let run = checker
+            .finish(self.world)
+            .map_err(|error| WorldFailure::Run { at: ended_at, reason: error.to_string() })?;
+        let _ = reported.send(RunReport { run, stats: self.world.stats().clone(), ended_at });
+        Ok(())
+    }
+
+    /// Applies one client's write now, answers it, and tells the watches (and the judge: a write may break an
+    /// invariant too).
+    fn write(
+        &mut self,
+        request: &WriteRequest,
+        reply: tokio::sync::oneshot::Sender<Answer>,
+    ) -> Result<(), WorldFailure> {
+        let answer = self.world.served_write(request);
+        self.moved.send_replace(self.world.api.revision());
+        // A client that went away meanwhile needs no answer.
+        let _ = reply.send(answer);
+        if let Some(checker) = self.judge.as_mut().and_then(|judge| judge.checker.as_mut())
+            && let Err(stop) = checker.observe(self.world)
+        {
+            checker.stopped(stop);
+            self.finish()?;
+        }
+        Ok(())
+    }
 }

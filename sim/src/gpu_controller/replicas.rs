@@ -6,7 +6,7 @@ use super::deployment::{
     Deployment, DeploymentSpec, EVICTION_RETRY, LEASE_DURATION, RETRY_PERIOD, Replica, ReplicaState,
 };
 use crate::kernel::Millis;
-use crate::world::{Event, World, WorldError};
+use crate::world::{Event, HostAction, World, WorldError};
 
 impl World {
     /// Places the replicas on the first nodes by name (the chart spreads them over nodes), ready, replica 0 leading.
@@ -55,6 +55,9 @@ impl World {
     /// A replica's process dies (crash, or its node lost); the kubelet restarts it unless `restart` is false (its
     /// pod is gone: the Deployment makes a new one elsewhere later).
     pub(crate) fn replica_down(&mut self, index: usize, restart: bool) -> Result<(), WorldError> {
+        if self.ask_host(HostAction::CrashReplica { index, restart })? {
+            return Ok(());
+        }
         let Some(replica) = self.deployment.replicas.get(index) else { return Ok(()) };
         if replica.state == ReplicaState::Down {
             return Ok(());

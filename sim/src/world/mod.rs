@@ -7,6 +7,7 @@
 //!
 //! Same-time events run in the order they were scheduled. Every transition is one event-log line.
 
+mod external;
 mod faults;
 mod kubelet;
 mod nodes;
@@ -32,6 +33,7 @@ use crate::scheduler::Scheduler;
 use crate::users;
 
 pub use crate::gpu_controller::deployment::{Deployment, DeploymentSpec, LEASE_DURATION, Replica, ReplicaState};
+pub use external::HostAction;
 pub use faults::{FaultKind, Faults};
 pub use tenants::TenantWrite;
 pub use workloads::Workload;
@@ -199,6 +201,8 @@ pub struct World {
     epoch_ms: i64,
     /// The served API's state (served mode only, [`crate::served`]).
     pub(crate) served: Option<Box<crate::served::state::ServedApi>>,
+    /// The GPU controller runs outside the world ([`external`]).
+    external: Option<external::External>,
 }
 
 impl World {
@@ -233,6 +237,7 @@ impl World {
             closed_hash: None,
             epoch_ms: 1_800_000_000_000,
             served: None,
+            external: None,
         };
         world.deploy_controller(DeploymentSpec::default());
         world
@@ -402,6 +407,9 @@ impl World {
     }
 
     fn set_webhook_replicas(&mut self, replicas: u32) -> Result<(), WorldError> {
+        if self.ask_host(HostAction::WebhookEndpoints(replicas))? {
+            return Ok(());
+        }
         self.api.admission.ready_replicas = replicas;
         self.record("webhook", &"Service gpuclaim-webhook", "Endpoints", &[("ready", &replicas.to_string())])
     }
@@ -456,7 +464,7 @@ impl World {
 
     /// Whether a GPU controller replica leads (reconciles) now.
     pub fn controller_leads(&self) -> bool {
-        self.has_leader()
+        self.outside_leads().unwrap_or_else(|| self.has_leader())
     }
 
     /// The engine's time now (what the controller passes to `reconcile`).

@@ -26,7 +26,7 @@ use crate::apiserver::admission::request::User;
 use crate::served::resources::{Resource, Storage};
 use crate::served::status;
 use crate::served::store::ResourceId;
-use crate::world::World;
+use crate::world::{World, WorldError};
 
 /// What a write does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +137,28 @@ impl World {
         if answer.code < 300 {
             answer.warnings = warnings;
         }
+        if let Err(error) = self.count_outside_refusal(request, &answer) {
+            return Answer::refused(status::internal_error(error));
+        }
         answer
+    }
+
+    /// A write of the outside GPU controller (its user, as the settings name it) that was refused counts as the
+    /// world's own controller's refused writes do (`WriteRefused:<reason>`), so a story judges both alike.
+    fn count_outside_refusal(&mut self, request: &WriteRequest, answer: &Answer) -> Result<(), WorldError> {
+        let controller = self.api.store().settings.controller_user.as_deref();
+        if !self.controller_outside() || answer.code < 400 || controller != Some(request.user.username.as_str()) {
+            return Ok(());
+        }
+        let text = |field: &str| answer.body.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let (reason, message) = (text("reason"), text("message"));
+        let kind = request.resource.kind;
+        let object = match (&request.namespace, meta::target_name(request)) {
+            (Some(namespace), Some(name)) => format!("{kind} {namespace}/{name}"),
+            (None, Some(name)) => format!("{kind} {name}"),
+            (_, None) => kind.to_owned(),
+        };
+        self.outside_write_refused(&object, &reason, message)
     }
 
     /// A create's object and name, as every kind starts one: the body read, its kind, name and namespace checked
