@@ -16,8 +16,11 @@
 //! ```
 
 pub mod auth;
+pub mod cert_manager;
 pub mod certs;
+pub mod endpoints;
 pub mod http;
+pub mod kubelet;
 pub mod pacer;
 pub mod respond;
 pub mod route;
@@ -51,11 +54,38 @@ pub struct Config {
     pub kubeconfig_out: PathBuf,
     /// Changes kept per resource for watches to resume from.
     pub history_max: usize,
+    /// Answer cert-manager's Issuers and Certificates and inject CAs into webhook configurations
+    /// ([`cert_manager`]).
+    pub run_cert_manager: bool,
+    /// Run the stored Deployments of this binary's controller as processes ([`kubelet`]).
+    pub run_controllers: bool,
+    /// The binary the replicas run; `None`: this process's own executable.
+    pub controller_binary: Option<PathBuf>,
+    /// Appended to every replica's arguments (e.g. leader-election timings scaled to the twin's speed).
+    pub controller_extra_args: Vec<String>,
+    /// Where the replicas' logs (`POD.log`) and files go; `None`: a new temporary directory, said on standard error.
+    pub replica_logs: Option<PathBuf>,
+    /// The replicas' service-account tokens; `None`: every replica gets the run's own token.
+    pub credentials: Option<Arc<dyn kubelet::Credentials>>,
 }
 
 impl Config {
     pub fn new(scenario: Scenario, listen: SocketAddr, kubeconfig_out: PathBuf, speed: Speed) -> Config {
-        Config { scenario, seed: 1, speed, until: None, listen, kubeconfig_out, history_max: HISTORY_PER_RESOURCE_MAX }
+        Config {
+            scenario,
+            seed: 1,
+            speed,
+            until: None,
+            listen,
+            kubeconfig_out,
+            history_max: HISTORY_PER_RESOURCE_MAX,
+            run_cert_manager: false,
+            run_controllers: false,
+            controller_binary: None,
+            controller_extra_args: Vec::new(),
+            replica_logs: None,
+            credentials: None,
+        }
     }
 }
 
@@ -64,6 +94,8 @@ impl Config {
 pub struct Ready {
     pub address: SocketAddr,
     pub kubeconfig: PathBuf,
+    /// The replicas' kubelet, when controllers run: their table, [`kubelet::Kubelet::crash`], their logs.
+    pub kubelet: Option<kubelet::Kubelet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +108,8 @@ pub enum ServeError {
     Listen { address: SocketAddr, source: std::io::Error },
     #[error("cannot write the kubeconfig {path}: {source}")]
     Kubeconfig { path: PathBuf, source: std::io::Error },
+    #[error("cannot run the controller's replicas: {0}")]
+    Replicas(String),
 }
 
 /// The address clients are told to use: the bound one, with a wildcard host read as loopback.
@@ -93,6 +127,49 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let temporary = PathBuf::from(temporary);
     std::fs::write(&temporary, text)?;
     std::fs::rename(&temporary, path)
+}
+
+/// The configuration's options for the controller's replicas (borrowed: the scenario has moved to the world).
+struct ReplicaOptions<'a> {
+    binary: Option<&'a PathBuf>,
+    extra_args: &'a [String],
+    logs: Option<&'a PathBuf>,
+    credentials: Option<&'a Arc<dyn kubelet::Credentials>>,
+}
+
+/// Starts the kubelet of the controller's replicas: the configured binary (this one by default), logs where asked
+/// (a new temporary directory, said once, by default), kubeconfigs trusting the run's CA.
+fn start_kubelet(
+    config: &ReplicaOptions<'_>,
+    shared: &Arc<shared::Shared>,
+    ca_pem: &str,
+) -> Result<kubelet::Kubelet, ServeError> {
+    let binary = match config.binary {
+        Some(binary) => binary.clone(),
+        None => std::env::current_exe().map_err(|error| ServeError::Replicas(format!("no executable: {error}")))?,
+    };
+    let logs = match config.logs {
+        Some(logs) => logs.clone(),
+        None => {
+            static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let logs = std::env::temp_dir().join(format!("gpuclaim-replicas-{}-{run}", std::process::id()));
+            // Said once, for the person who will want to read them (as `reached --until` is).
+            eprintln!("replica logs in {}", logs.display());
+            logs
+        }
+    };
+    let credentials = config.credentials.cloned().unwrap_or_else(|| Arc::new(kubelet::SameToken(shared.token.clone())));
+    let kubelet_config = kubelet::KubeletConfig {
+        binary,
+        extra_args: config.extra_args.to_vec(),
+        logs: logs.clone(),
+        credentials,
+        server: format!("https://{}", shared.address),
+        ca_pem: ca_pem.to_owned(),
+    };
+    kubelet::Kubelet::start(kubelet_config, Arc::clone(shared))
+        .map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))
 }
 
 /// How often the server looks whether the world's thread failed.
@@ -132,7 +209,20 @@ pub async fn run(
         stopping,
         writes: world.writes(),
     });
-    ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone() });
+    let cert_manager = config.run_cert_manager.then(|| tokio::spawn(cert_manager::run(Arc::clone(&shared))));
+    let kubelet = match config.run_controllers {
+        true => {
+            let options = ReplicaOptions {
+                binary: config.controller_binary.as_ref(),
+                extra_args: &config.controller_extra_args,
+                logs: config.replica_logs.as_ref(),
+                credentials: config.credentials.as_ref(),
+            };
+            Some(start_kubelet(&options, &shared, &certificates.ca_pem)?)
+        }
+        false => None,
+    };
+    ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone(), kubelet: kubelet.clone() });
     let world_failed = async {
         while !world.ended() {
             tokio::time::sleep(WORLD_CHECK_INTERVAL).await;
@@ -143,10 +233,17 @@ pub async fn run(
             () = shutdown => {}
             () = world_failed => {}
         }
+        // The replicas stop first, while the server still answers them (a leader releases its Lease).
+        if let Some(kubelet) = &kubelet {
+            kubelet.stop().await;
+        }
         let _ = stop_watches.send(true);
     };
     let limits = gpuclaim_adapter::https::Limits::default();
     gpuclaim_adapter::https::serve(listener, certificates.server, http::router(shared), limits, stop).await;
+    if let Some(task) = cert_manager {
+        let _ = task.await;
+    }
     world.stop()?;
     Ok(())
 }
