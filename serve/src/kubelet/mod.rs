@@ -145,6 +145,7 @@ pub struct Kubelet {
 
 struct Inner {
     pods: Pods,
+    snapshot: Arc<RwLock<gpuclaim_sim::served::store::Snapshot>>,
     controls: Controls,
     groups: Groups,
     logs: PathBuf,
@@ -180,6 +181,7 @@ impl Kubelet {
         let controls = Controls::default();
         let groups = Groups::default();
         let logs = config.logs.clone();
+        let snapshot = Arc::clone(&shared.snapshot);
         let sync = Syncer {
             config,
             shared,
@@ -193,13 +195,18 @@ impl Kubelet {
         };
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(sync.run(stopped));
-        let inner = Inner { pods, controls, groups, logs, stop: Mutex::new(Some((stop, task))) };
+        let inner = Inner { pods, snapshot, controls, groups, logs, stop: Mutex::new(Some((stop, task))) };
         Ok(Kubelet { inner: Arc::new(inner) })
     }
 
     /// The replicas running now.
     pub fn pods(&self) -> Pods {
         self.inner.pods.clone()
+    }
+
+    /// The Services of the snapshot resolved to these replicas: what the webhook client dials.
+    pub fn endpoints(&self) -> crate::endpoints::ServiceEndpoints {
+        crate::endpoints::ServiceEndpoints::new(Arc::clone(&self.inner.snapshot), self.pods())
     }
 
     /// Where the replicas' logs are.
