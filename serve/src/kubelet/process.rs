@@ -247,3 +247,111 @@ async fn stopped_while_waiting(delay: Duration, control: &mut UnboundedReceiver<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(script: &str, grace: Duration) -> Launch {
+        let dir = std::env::temp_dir();
+        Launch {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".to_owned(), script.to_owned()],
+            env: Vec::new(),
+            log: dir.join(format!("gpuclaim-process-test-{}.log", std::process::id())),
+            dir,
+            grace,
+            probe: None,
+            address: IpAddr::from([127, 0, 0, 1]),
+            before_start: Box::new(|| Ok(())),
+        }
+    }
+
+    async fn until_running(groups: &Groups, count: usize) {
+        for _ in 0..100 {
+            if groups.count() == count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{} groups run, not {count}", groups.count());
+    }
+
+    /// Whether a process of `group` still runs (a zombie runs nothing: whoever adopted it reaps it when it can).
+    fn group_alive(group: i32) -> bool {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+        entries.filter_map(Result::ok).any(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let fields: Vec<&str> =
+                stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
+        })
+    }
+
+    async fn until_gone(group: i32) {
+        for _ in 0..100 {
+            if !group_alive(group) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("group {group} outlived its supervisor");
+    }
+
+    #[tokio::test]
+    async fn a_stop_waits_the_grace_period_for_a_process_ignoring_sigterm_then_kills_its_group() {
+        let groups = Groups::default();
+        let health = Health::default();
+        let (control, commands) = tokio::sync::mpsc::unbounded_channel();
+        let script = "trap '' TERM; sleep 30 & wait";
+        let task = tokio::spawn(supervise(
+            launch(script, Duration::from_millis(700)),
+            health.clone(),
+            groups.clone(),
+            commands,
+        ));
+        until_running(&groups, 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(health.ready.load(Ordering::Relaxed), "no probe: ready once running");
+        let group = *groups.lock().iter().next().unwrap();
+        assert!(group_alive(group));
+        let asked = Instant::now();
+        control.send(Control::Stop).unwrap();
+        task.await.unwrap();
+        assert!(asked.elapsed() >= Duration::from_millis(700), "waited {:?}", asked.elapsed());
+        assert_eq!(groups.count(), 0);
+        until_gone(group).await;
+    }
+
+    #[tokio::test]
+    async fn a_supervisor_dropped_kills_its_process_group() {
+        let groups = Groups::default();
+        let (_control, commands) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(supervise(
+            launch("sleep 30", Duration::from_secs(30)),
+            Health::default(),
+            groups.clone(),
+            commands,
+        ));
+        until_running(&groups, 1).await;
+        let group = *groups.lock().iter().next().unwrap();
+        assert!(group_alive(group));
+        task.abort();
+        let _ = task.await;
+        assert_eq!(groups.count(), 0);
+        until_gone(group).await;
+    }
+
+    #[tokio::test]
+    async fn a_process_that_exits_is_started_again_after_the_back_off() {
+        let groups = Groups::default();
+        let health = Health::default();
+        let (control, commands) = tokio::sync::mpsc::unbounded_channel();
+        let task =
+            tokio::spawn(supervise(launch("exit 3", Duration::from_secs(1)), health.clone(), groups.clone(), commands));
+        tokio::time::sleep(BACKOFF_START + Duration::from_millis(500)).await;
+        assert_eq!(health.restarts.load(Ordering::Relaxed), 2, "exited, started after 1 s, exited again");
+        control.send(Control::Stop).unwrap();
+        task.await.unwrap();
+    }
+}
