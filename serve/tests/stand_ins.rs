@@ -393,3 +393,71 @@ async fn the_controllers_deployment_runs_as_processes_that_crash_restart_and_sto
 fn endpoints(twin: &Twin) -> ServiceEndpoints {
     twin.ready.kubelet.as_ref().unwrap().endpoints()
 }
+
+/// Creates a rendered document, or merges it into the stored one of its name (as `kubectl apply` would).
+async fn apply(client: &kube::Client, document: &Value) {
+    let (group, version) = match document["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", document["apiVersion"].as_str().unwrap()),
+    };
+    let kind = document["kind"].as_str().unwrap();
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let api: Api<DynamicObject> = match document.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: DynamicObject = serde_json::from_value(document.clone()).unwrap();
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let name = document["metadata"]["name"].as_str().unwrap();
+            api.patch(name, &PatchParams::default(), &Patch::Merge(document)).await.unwrap();
+        }
+        Err(error) => panic!("apply {kind}: {error}"),
+    }
+}
+
+/// The whole chart, applied unchanged, with the real `gpuclaim controller` (`GPUCLAIM_BINARY`): both replicas get
+/// their serving certificate and become ready, and the webhook Service resolves to them. Skips, saying so, without
+/// helm or `GPUCLAIM_BINARY` (the root crate's end-to-end tests run it with the binary built).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_deployment_runs_the_real_controller_until_its_replicas_are_ready() {
+    let Some(binary) = std::env::var_os("GPUCLAIM_BINARY").map(PathBuf::from) else {
+        eprintln!("skipped: set GPUCLAIM_BINARY to a built gpuclaim binary to run the chart's controller");
+        return;
+    };
+    let Some(helm) = helm::helm() else { return };
+    let documents = helm::render(&helm, &[], &["gpu.enabled=true"]);
+    let logs = temp_dir().join("logs");
+    let twin = Twin::start(|config| {
+        config.run_cert_manager = true;
+        config.run_controllers = true;
+        config.controller_binary = Some(binary);
+        config.replica_logs = Some(logs.clone());
+    })
+    .await;
+    let kubelet = twin.ready.kubelet.clone().unwrap();
+    let client = twin.client().await;
+    for document in &documents {
+        apply(&client, document).await;
+    }
+    let ready = until("both replicas ready", Duration::from_secs(120), async || {
+        let pods = kubelet.pods().list();
+        (pods.len() == 2 && pods.iter().all(|pod| pod.ready)).then_some(pods)
+    })
+    .await;
+    let mut resolved = kubelet.endpoints().endpoints(NAMESPACE, "gpuclaim-webhook", 443).unwrap();
+    resolved.sort();
+    let mut expected: Vec<std::net::SocketAddr> = ready.iter().map(|pod| (pod.address, 9443).into()).collect();
+    expected.sort();
+    assert_eq!(resolved, expected);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let holder = until("a Lease holder", Duration::from_secs(60), async || {
+        let lease = leases.get_opt("gpuclaim").await.unwrap()?;
+        lease.spec?.holder_identity
+    })
+    .await;
+    assert!(ready.iter().any(|pod| pod.name == holder), "{holder} is a replica");
+    twin.stop().await;
+    assert_eq!(kubelet.processes(), 0);
+}
