@@ -211,6 +211,30 @@ async fn the_charts_certificates_are_issued_and_their_ca_injected_into_the_webho
     tokio::time::sleep(Duration::from_millis(600)).await;
     let again = secrets.get(&serving_name).await.unwrap();
     assert_eq!(again.metadata.resource_version, serving_secret.metadata.resource_version);
+    // A spec change issues it again, for the names asked now, from the same CA.
+    let mut names = serving["spec"]["dnsNames"].as_array().unwrap().clone();
+    names.push("extra.cozy-gpuclaim.svc".into());
+    let patch = json!({"spec": {"dnsNames": names}});
+    certificates.patch(serving_certificate, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let reissued = until("the serving Secret issued again", Duration::from_secs(30), async || {
+        let secret = secrets.get(&serving_name).await.unwrap();
+        (secret.metadata.resource_version != serving_secret.metadata.resource_version).then_some(secret)
+    })
+    .await;
+    let leaf = secret_data(&reissued, "tls.crt");
+    assert_eq!(verifies(&root, &leaf, "extra.cozy-gpuclaim.svc"), Ok(()));
+    assert_eq!(verifies(&root, &leaf, &host), Ok(()));
+    // The Issuers are Ready.
+    let issuers: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("cert-manager.io", "v1", "Issuer")),
+    );
+    for issuer in applied.iter().filter(|d| d["kind"] == "Issuer") {
+        let name = issuer["metadata"]["name"].as_str().unwrap();
+        let condition = issuers.get(name).await.unwrap().data["status"]["conditions"][0].clone();
+        assert_eq!(condition["status"], "True", "{name}: {condition}");
+    }
     twin.stop().await;
 }
 

@@ -70,8 +70,9 @@ pub async fn run(shared: Arc<Shared>) {
 /// What cert-manager remembers between two looks.
 #[derive(Default)]
 struct CertManager {
-    /// Certificate → the spec (JSON text) its Secret was issued for, or failed for.
-    issued: BTreeMap<Key, String>,
+    /// Certificate → the spec (JSON text) its Secret was issued for, or failed for, and the status fields of the
+    /// issue (none for a failure), written again until the status write succeeds.
+    issued: BTreeMap<Key, (String, Option<Value>)>,
     /// Certificate or Issuer → its Ready condition as written.
     conditions: BTreeMap<(&'static str, Key), Condition>,
     /// The head revision last looked at: nothing to do while it stays.
@@ -136,8 +137,17 @@ impl CertManager {
             return;
         };
         let secret_there = get(shared, resource("", "secrets"), &key.0, secret_name).is_some();
-        if self.issued.get(&key) == Some(&fingerprint) && secret_there {
-            return;
+        let ready = (true, "Ready".to_owned(), "Certificate is up to date and has not expired".to_owned());
+        match self.issued.get(&key) {
+            // Failed for this spec: it fails again until the spec changes.
+            Some((failed_for, None)) if *failed_for == fingerprint => return,
+            Some((issued_for, status)) if *issued_for == fingerprint && secret_there => {
+                if let Some(status) = status.clone() {
+                    self.condition(shared, certificates, key, ready, status).await;
+                }
+                return;
+            }
+            _ => {}
         }
         let ca = match signer_secret(shared, &key.0, spec) {
             Ok(ca) => ca,
@@ -154,7 +164,7 @@ impl CertManager {
         let issued = match issue::issue(spec, &signer, SystemTime::now()) {
             Ok(issued) => issued,
             Err(error) => {
-                self.issued.insert(key.clone(), fingerprint);
+                self.issued.insert(key.clone(), (fingerprint, None));
                 self.condition(shared, certificates, key, (false, "Failed".into(), error.to_string()), json!({})).await;
                 return;
             }
@@ -169,7 +179,6 @@ impl CertManager {
             self.pending = true;
             return;
         }
-        self.issued.insert(key.clone(), fingerprint);
         let renewal = renewal_time(spec, &issued);
         let extra = json!({
             "notBefore": rfc3339(issued.not_before),
@@ -177,7 +186,7 @@ impl CertManager {
             "renewalTime": rfc3339(renewal),
             "revision": certificate.pointer("/status/revision").and_then(Value::as_i64).unwrap_or(0) + 1,
         });
-        let ready = (true, "Ready".to_owned(), "Certificate is up to date and has not expired".to_owned());
+        self.issued.insert(key.clone(), (fingerprint, Some(extra.clone())));
         // Always written: the validity changed even if the condition did not.
         self.conditions.remove(&("certificates", key.clone()));
         self.condition(shared, certificates, key, ready, extra).await;
