@@ -129,6 +129,15 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&temporary, path)
 }
 
+/// Kills the replicas when dropped (nothing is left to kill after a clean stop).
+struct AbortOnDrop(kubelet::Kubelet);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The configuration's options for the controller's replicas (borrowed: the scenario has moved to the world).
 struct ReplicaOptions<'a> {
     binary: Option<&'a PathBuf>,
@@ -222,6 +231,8 @@ pub async fn run(
         }
         false => None,
     };
+    // Whatever ends this function (a panic, its future dropped), no replica outlives it.
+    let _replicas = kubelet.clone().map(AbortOnDrop);
     ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone(), kubelet: kubelet.clone() });
     let world_failed = async {
         while !world.ended() {

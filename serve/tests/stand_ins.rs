@@ -485,3 +485,45 @@ async fn the_charts_deployment_runs_the_real_controller_until_its_replicas_are_r
     twin.stop().await;
     assert_eq!(kubelet.processes(), 0);
 }
+
+/// A server whose future is dropped (a panic in it, a caller giving up) kills its replicas at once: they are not
+/// started again, whoever still holds the kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_ended_without_a_stop_leaves_no_replica_behind() {
+    let Some(python) = python() else { return };
+    let dir = temp_dir();
+    let script = dir.join("fake-controller");
+    std::fs::write(&script, format!("#!{}\n{FAKE_CONTROLLER}", python.display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let logs = dir.join("logs");
+    let twin = Twin::start(|config| {
+        config.run_controllers = true;
+        config.controller_binary = Some(script.clone());
+        config.replica_logs = Some(logs.clone());
+    })
+    .await;
+    let kubelet = twin.ready.kubelet.clone().unwrap();
+    let client = twin.client().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    secrets.create(&PostParams::default(), &serde_json::from_value(secret("yes")).unwrap()).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    deployments.create(&PostParams::default(), &serde_json::from_value(deployment()).unwrap()).await.unwrap();
+    let pids: Vec<u64> = until("two replicas started", Duration::from_secs(30), async || {
+        let pods = kubelet.pods().list();
+        let pids: Vec<u64> = pods
+            .iter()
+            .filter_map(|pod| starts(&logs.join(format!("{}.log", pod.name))).first()?["pid"].as_u64())
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    })
+    .await;
+    twin.task.abort();
+    let _ = twin.task.await;
+    until("the replicas killed", Duration::from_secs(10), async || pids.iter().all(|pid| !alive(*pid)).then_some(()))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(kubelet.processes(), 0, "none started again after the back-off");
+    for pod in kubelet.pods().list() {
+        assert_eq!(starts(&logs.join(format!("{}.log", pod.name))).len(), 1, "{} started once", pod.name);
+    }
+}

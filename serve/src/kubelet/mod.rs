@@ -152,9 +152,21 @@ struct Inner {
     stop: Mutex<Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>>,
 }
 
+impl Inner {
+    /// Ends everything at once: the sync loop aborted, every supervisor's channel dropped (each kills its group
+    /// and ends, starting nothing again), every group killed.
+    fn abort(&self) {
+        if let Some((_, task)) = self.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            task.abort();
+        }
+        self.controls.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+        self.groups.kill_all();
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.groups.kill_all();
+        self.abort();
     }
 }
 
@@ -228,6 +240,12 @@ impl Kubelet {
             Some(Ok(())) => Ok(()),
             _ => Err(KubeletError::NoReplica(index)),
         }
+    }
+
+    /// Kills every replica now (SIGKILL) and ends the kubelet, without the grace periods: what a server that ends
+    /// otherwise than by [`Kubelet::stop`] (a panic, its future dropped) does, whoever still holds a clone.
+    pub fn abort(&self) {
+        self.inner.abort();
     }
 
     /// Stops every replica (SIGTERM, its grace period, SIGKILL) and the kubelet; returns once none runs.
