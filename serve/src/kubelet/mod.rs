@@ -39,7 +39,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
 use crate::shared::Shared;
-use pod::{EnvValue, PodTemplate};
+use pod::PodTemplate;
 use process::{Control, Groups, Health, Launch};
 
 /// How often the snapshot is looked at for Deployments and Secrets.
@@ -419,25 +419,8 @@ impl Syncer {
             mounts.push((mount.mount_path.clone(), local));
         }
         let kubeconfig = dir.join("kubeconfig");
-        let mut env = vec![
-            ("POD_NAME".to_owned(), name.clone()),
-            ("HOSTNAME".to_owned(), name.clone()),
-            ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
-        ];
-        for (variable, value) in &template.env {
-            let value = match value {
-                EnvValue::Value(value) => value.clone(),
-                EnvValue::Field(field) => match field.as_str() {
-                    "metadata.name" => name.clone(),
-                    "metadata.namespace" => namespace.clone(),
-                    "spec.serviceAccountName" => template.service_account.clone(),
-                    "status.podIP" => address.to_string(),
-                    _ => String::new(),
-                },
-            };
-            env.retain(|(existing, _)| existing != variable);
-            env.push((variable.clone(), value));
-        }
+        let pod = pod::Pod { name: &name, namespace, address };
+        let env = pod::environment(&template, &pod, &kubeconfig);
         let credentials = Arc::clone(&self.config.credentials);
         let (server, ca_pem) = (self.config.server.clone(), self.config.ca_pem.clone());
         let (account_namespace, account) = (namespace.clone(), template.service_account.clone());

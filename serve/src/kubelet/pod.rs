@@ -241,6 +241,38 @@ fn encode(bytes: &[u8], length: usize) -> String {
     bytes.iter().take(length).map(|byte| NAME_ALPHABET[usize::from(*byte) % NAME_ALPHABET.len()] as char).collect()
 }
 
+/// One replica of a template: what its environment's fields are read from.
+pub struct Pod<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub address: Ipv4Addr,
+}
+
+/// The replica's environment: `POD_NAME` and `HOSTNAME` (the pod's name), `KUBECONFIG`, then the template's
+/// variables, which win (a field the stand-in does not know is empty).
+pub fn environment(template: &PodTemplate, pod: &Pod<'_>, kubeconfig: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("POD_NAME".to_owned(), pod.name.to_owned()),
+        ("HOSTNAME".to_owned(), pod.name.to_owned()),
+        ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+    ];
+    for (variable, value) in &template.env {
+        let value = match value {
+            EnvValue::Value(value) => value.clone(),
+            EnvValue::Field(field) => match field.as_str() {
+                "metadata.name" => pod.name.to_owned(),
+                "metadata.namespace" => pod.namespace.to_owned(),
+                "spec.serviceAccountName" => template.service_account.clone(),
+                "status.podIP" => pod.address.to_string(),
+                _ => String::new(),
+            },
+        };
+        env.retain(|(existing, _)| existing != variable);
+        env.push((variable.clone(), value));
+    }
+    env
+}
+
 /// The container's arguments as the replica runs them: every `--…-bind-address=` of every address (`:PORT`,
 /// `0.0.0.0:PORT`, `[::]:PORT`) bound to the replica's own `address`, every secret volume's mount path (as a
 /// flag's value or an argument of its own) replaced by the replica's copy of the volume, and `extra` appended.
@@ -358,6 +390,25 @@ mod tests {
         );
         let kept = rewrite_args(&["--metrics-bind-address=0".to_owned()], Ipv4Addr::LOCALHOST, &[], &[]);
         assert_eq!(kept, ["--metrics-bind-address=0"]);
+    }
+
+    #[test]
+    fn the_environment_is_the_templates_with_the_pods_fields() {
+        let mut template = template(&chart_like()).unwrap();
+        template.env.push(("IP".to_owned(), EnvValue::Field("status.podIP".into())));
+        template.env.push(("HOSTNAME".to_owned(), EnvValue::Value("mine".into())));
+        let pod = Pod { name: "gpuclaim-x-y", namespace: "ns", address: Ipv4Addr::new(127, 3, 4, 2) };
+        let env: BTreeMap<String, String> = environment(&template, &pod, Path::new("/k")).into_iter().collect();
+        let expected = [
+            ("HOSTNAME", "mine"),
+            ("IP", "127.3.4.2"),
+            ("KUBECONFIG", "/k"),
+            ("LEVEL", "info"),
+            ("POD_NAME", "gpuclaim-x-y"),
+        ];
+        let expected: BTreeMap<String, String> =
+            expected.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
+        assert_eq!(env, expected);
     }
 
     #[test]
