@@ -391,6 +391,15 @@ async fn the_controllers_deployment_runs_as_processes_that_crash_restart_and_sto
     let mut resolved = snapshot_endpoints.endpoints(NAMESPACE, "probes", 80).unwrap();
     resolved.sort();
     assert_eq!(resolved, [(first.address, 8081).into(), (second.address, 8081).into()]);
+    // The Deployment's status says so, as the Deployment controller writes it.
+    let status = until("the Deployment available", Duration::from_secs(10), async || {
+        let status = deployments.get("gpuclaim").await.unwrap().status?;
+        (status.ready_replicas == Some(2)).then_some(status)
+    })
+    .await;
+    assert_eq!((status.replicas, status.available_replicas, status.observed_generation), (Some(2), Some(2), Some(1)));
+    let available = &status.conditions.unwrap()[0];
+    assert_eq!((available.type_.as_str(), available.status.as_str()), ("Available", "True"));
 
     // A crash: killed, not ready, started again (same name and address) after the delay.
     let first_log = logs.join(format!("{}.log", first.name));

@@ -73,8 +73,8 @@ struct CertManager {
     /// Certificate → the spec (JSON text) its Secret was issued for, or failed for, and the status fields of the
     /// issue (none for a failure), written again until the status write succeeds.
     issued: BTreeMap<Key, (String, Option<Value>)>,
-    /// Certificate or Issuer → its Ready condition as written.
-    conditions: BTreeMap<(&'static str, Key), Condition>,
+    /// Certificate or Issuer → its Ready condition as written, and the generation it was written for.
+    conditions: BTreeMap<(&'static str, Key), (Condition, i64)>,
     /// The head revision last looked at: nothing to do while it stays.
     seen: Option<u64>,
     /// Whether the last look left work to retry (a write refused, a Secret not there yet).
@@ -123,7 +123,7 @@ impl CertManager {
         } else {
             (false, "NotServed".to_owned(), "the twin's cert-manager serves selfSigned and ca issuers only".to_owned())
         };
-        self.condition(shared, resource("cert-manager.io", "issuers"), key, condition, json!({})).await;
+        self.condition(shared, resource("cert-manager.io", "issuers"), issuer, condition, json!({})).await;
     }
 
     async fn certificate(&mut self, shared: &Shared, certificate: &Value) {
@@ -133,7 +133,7 @@ impl CertManager {
         let certificates = resource("cert-manager.io", "certificates");
         let Some(secret_name) = spec.get("secretName").and_then(Value::as_str) else {
             let message = IssueError::SecretNameMissing.to_string();
-            self.condition(shared, certificates, key, (false, "Failed".into(), message), json!({})).await;
+            self.condition(shared, certificates, certificate, (false, "Failed".into(), message), json!({})).await;
             return;
         };
         let secret_there = get(shared, resource("", "secrets"), &key.0, secret_name).is_some();
@@ -143,7 +143,7 @@ impl CertManager {
             Some((failed_for, None)) if *failed_for == fingerprint => return,
             Some((issued_for, status)) if *issued_for == fingerprint && secret_there => {
                 if let Some(status) = status.clone() {
-                    self.condition(shared, certificates, key, ready, status).await;
+                    self.condition(shared, certificates, certificate, ready, status).await;
                 }
                 return;
             }
@@ -153,7 +153,7 @@ impl CertManager {
             Ok(ca) => ca,
             Err(Waiting(message)) => {
                 self.pending = true;
-                self.condition(shared, certificates, key, (false, "Pending".into(), message), json!({})).await;
+                self.condition(shared, certificates, certificate, (false, "Pending".into(), message), json!({})).await;
                 return;
             }
         };
@@ -165,7 +165,14 @@ impl CertManager {
             Ok(issued) => issued,
             Err(error) => {
                 self.issued.insert(key.clone(), (fingerprint, None));
-                self.condition(shared, certificates, key, (false, "Failed".into(), error.to_string()), json!({})).await;
+                self.condition(
+                    shared,
+                    certificates,
+                    certificate,
+                    (false, "Failed".into(), error.to_string()),
+                    json!({}),
+                )
+                .await;
                 return;
             }
         };
@@ -189,7 +196,7 @@ impl CertManager {
         self.issued.insert(key.clone(), (fingerprint, Some(extra.clone())));
         // Always written: the validity changed even if the condition did not.
         self.conditions.remove(&("certificates", key.clone()));
-        self.condition(shared, certificates, key, ready, extra).await;
+        self.condition(shared, certificates, certificate, ready, extra).await;
     }
 
     /// Writes `condition` as the object's Ready condition (with `extra` status fields) unless it is the one last
@@ -198,21 +205,24 @@ impl CertManager {
         &mut self,
         shared: &Shared,
         resource: &'static Resource,
-        key: Key,
+        object: &Value,
         condition: Condition,
         extra: Value,
     ) {
-        let remembered = (resource.plural, key);
+        let remembered = (resource.plural, key_of(object));
+        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        let condition = (condition, generation);
         if self.conditions.get(&remembered) == Some(&condition) {
             return;
         }
-        let (ready, reason, message) = &condition;
+        let ((ready, reason, message), _) = &condition;
         let mut status = json!({"conditions": [{
             "type": "Ready",
             "status": if *ready { "True" } else { "False" },
             "reason": reason,
             "message": message,
             "lastTransitionTime": gpuclaim_sim::apiserver::objects::timestamp(shared.virtual_now()),
+            "observedGeneration": generation,
         }]});
         if let (Some(status), Value::Object(extra)) = (status.as_object_mut(), extra) {
             status.extend(extra);

@@ -24,6 +24,7 @@
 pub mod pod;
 pub mod probe;
 pub mod process;
+pub mod status;
 pub mod volumes;
 
 use std::collections::BTreeMap;
@@ -204,6 +205,7 @@ impl Kubelet {
             running: BTreeMap::new(),
             refused: BTreeMap::new(),
             stopping: Vec::new(),
+            statuses: BTreeMap::new(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(sync.run(stopped));
@@ -290,12 +292,15 @@ struct Syncer {
     refused: BTreeMap<DeploymentKey, String>,
     /// Supervisors told to stop, to wait for.
     stopping: Vec<JoinHandle<()>>,
+    /// The status last written to each Deployment.
+    statuses: BTreeMap<DeploymentKey, Value>,
 }
 
 impl Syncer {
     async fn run(mut self, mut stop: tokio::sync::oneshot::Receiver<()>) {
         loop {
             self.sync();
+            self.publish_statuses().await;
             tokio::select! {
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
                 _ = &mut stop => break,
@@ -358,6 +363,51 @@ impl Syncer {
             }
             self.scale(&key, pod::replicas(&deployment).min(REPLICAS_MAX));
             self.refresh_volumes(&key);
+        }
+    }
+
+    /// Writes each run Deployment's status where it changed, as the Deployment controller would.
+    async fn publish_statuses(&mut self) {
+        let pods = self.pods.list();
+        let deployments = self.deployments();
+        self.statuses.retain(|key, _| deployments.contains_key(key));
+        for (key, deployment) in deployments {
+            let own: Vec<PodInfo> =
+                pods.iter().filter(|pod| pod.namespace == key.0 && pod.deployment == key.1).cloned().collect();
+            let status = status::status(&deployment, &own);
+            if self.statuses.get(&key) == Some(&status) {
+                continue;
+            }
+            match self.write_status(&key, &status).await {
+                Ok(()) => {
+                    self.statuses.insert(key, status);
+                }
+                Err(message) => tracing::warn!(deployment = %format!("{}/{}", key.0, key.1), %message,
+                    "the kubelet cannot write a Deployment's status"),
+            }
+        }
+    }
+
+    async fn write_status(&self, key: &DeploymentKey, status: &Value) -> Result<(), String> {
+        let request = gpuclaim_sim::served::writes::WriteRequest {
+            verb: gpuclaim_sim::served::writes::Verb::Patch,
+            resource: resources::find("apps", "v1", "deployments").expect("served"),
+            namespace: Some(key.0.clone()),
+            name: Some(key.1.clone()),
+            subresource: Some("status".to_owned()),
+            content_type: "application/merge-patch+json".to_owned(),
+            body: serde_json::json!({"status": status}).to_string().into_bytes(),
+            user: status::user(),
+            dry_run: false,
+            field_validation: None,
+        };
+        let answer = self.shared.writes.send(request).ok_or("the world's write queue is full or stopped")?;
+        let answer = answer.await.map_err(|_| "the world stopped".to_owned())?;
+        match answer.code < 300 {
+            true => Ok(()),
+            false => {
+                Err(format!("{}: {}", answer.code, answer.body.get("message").and_then(Value::as_str).unwrap_or("")))
+            }
         }
     }
 
