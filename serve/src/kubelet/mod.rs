@@ -17,9 +17,10 @@
 //!   `terminationGracePeriodSeconds` at most, then SIGKILL; and killed, whatever happens, when the kubelet is
 //!   dropped.
 //!
-//! A template change stops every replica of the old template and starts the new one's (no rolling update). Not
-//! done: other Deployments, images, init and sidecar containers, liveness and startup probes, preStop hooks, Pod
-//! objects in the API (the world's own pods are the scenario's), Deployment status.
+//! A template change stops every replica of the old template and starts the new one's (no rolling update). The
+//! Deployment's status is written as the Deployment controller writes it ([`status`]). Not done: other
+//! Deployments, images, init and sidecar containers, liveness and startup probes, preStop hooks, Pod objects in the
+//! API (the world's own pods are the scenario's).
 
 pub mod pod;
 pub mod probe;
