@@ -43,6 +43,10 @@ pub struct Serve {
     /// (status 1 when an expectation failed or an invariant broke).
     #[arg(long, value_name = "FILE")]
     pub report_out: Option<PathBuf>,
+    /// Where the controller's replicas' logs go (`POD.log`), with --external-controller (default: a new
+    /// temporary directory, said on standard error).
+    #[arg(long, value_name = "DIR")]
+    pub replica_logs: Option<PathBuf>,
     /// The variant whose rules the twin's own actors run and whose expectations judge the run.
     #[arg(long, value_name = "NAME", default_value = "shipped")]
     pub variant: String,
@@ -60,6 +64,10 @@ pub fn serve(args: Serve) -> anyhow::Result<()> {
     config.until = args.until.map(|until| Millis(until.as_millis().min(u128::from(u64::MAX)) as u64));
     config.history_max = args.watch_history;
     config.outside_controller = args.external_controller;
+    config.replica_logs = args.replica_logs.clone();
+    if args.replica_logs.is_some() && !args.external_controller {
+        bail!("--replica-logs: the replicas run with --external-controller only");
+    }
     if args.report_out.is_some() {
         let variant = gpuclaim_engine::variant::Variant::named(&args.variant).map_err(|e| anyhow!("--variant: {e}"))?;
         config.judging = Some(gpuclaim_serve::Judging { variant, judge_as: args.variant.clone() });

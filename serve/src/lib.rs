@@ -16,8 +16,12 @@
 //! ```
 
 pub mod auth;
+pub mod cert_manager;
 pub mod certs;
+pub mod endpoints;
 pub mod http;
+pub mod kubelet;
+pub mod outside;
 pub mod pacer;
 pub mod report;
 pub mod respond;
@@ -36,6 +40,7 @@ use gpuclaim_scenarios::scenario::Scenario;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::served::store::HISTORY_PER_RESOURCE_MAX;
 
+use gpuclaim_sim::world::DeploymentSpec;
 use pacer::Speed;
 pub use world_thread::{Judging, RunReport};
 use world_thread::{WorldConfig, WorldFailure};
@@ -59,6 +64,19 @@ pub struct Config {
     pub judging: Option<Judging>,
     /// Where a judged run's report is left.
     pub report: Arc<std::sync::Mutex<Option<RunReport>>>,
+    /// Answer cert-manager's Issuers and Certificates and inject CAs into webhook configurations
+    /// ([`cert_manager`]).
+    pub run_cert_manager: bool,
+    /// Run the stored Deployments of this binary's controller as processes ([`kubelet`]).
+    pub run_controllers: bool,
+    /// The binary the replicas run; `None`: this process's own executable.
+    pub controller_binary: Option<PathBuf>,
+    /// Appended to every replica's arguments (e.g. leader-election timings scaled to the twin's speed).
+    pub controller_extra_args: Vec<String>,
+    /// Where the replicas' logs (`POD.log`) and files go; `None`: a new temporary directory, said on standard error.
+    pub replica_logs: Option<PathBuf>,
+    /// The replicas' service-account tokens; `None`: every replica gets the run's own token.
+    pub credentials: Option<Arc<dyn kubelet::Credentials>>,
 }
 
 impl Config {
@@ -74,6 +92,12 @@ impl Config {
             outside_controller: false,
             judging: None,
             report: Arc::default(),
+            run_cert_manager: false,
+            run_controllers: false,
+            controller_binary: None,
+            controller_extra_args: Vec::new(),
+            replica_logs: None,
+            credentials: None,
         }
     }
 }
@@ -83,6 +107,8 @@ impl Config {
 pub struct Ready {
     pub address: SocketAddr,
     pub kubeconfig: PathBuf,
+    /// The replicas' kubelet, when controllers run: their table, [`kubelet::Kubelet::crash`], their logs.
+    pub kubelet: Option<kubelet::Kubelet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +121,8 @@ pub enum ServeError {
     Listen { address: SocketAddr, source: std::io::Error },
     #[error("cannot write the kubeconfig {path}: {source}")]
     Kubeconfig { path: PathBuf, source: std::io::Error },
+    #[error("cannot run the controller's replicas: {0}")]
+    Replicas(String),
 }
 
 /// The address clients are told to use: the bound one, with a wildcard host read as loopback.
@@ -112,6 +140,80 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let temporary = PathBuf::from(temporary);
     std::fs::write(&temporary, text)?;
     std::fs::rename(&temporary, path)
+}
+
+/// Kills the replicas when dropped (nothing is left to kill after a clean stop).
+struct AbortOnDrop(kubelet::Kubelet);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The configuration's options for the controller's replicas (borrowed: the scenario has moved to the world).
+struct ReplicaOptions<'a> {
+    binary: Option<&'a PathBuf>,
+    extra_args: &'a [String],
+    logs: Option<&'a PathBuf>,
+    credentials: Option<&'a Arc<dyn kubelet::Credentials>>,
+}
+
+/// Starts the kubelet of the controller's replicas: the configured binary (this one by default), logs where asked
+/// (a new temporary directory, said once, by default), kubeconfigs trusting the run's CA.
+fn start_kubelet(
+    config: &ReplicaOptions<'_>,
+    shared: &Arc<shared::Shared>,
+    ca_pem: &str,
+) -> Result<kubelet::Kubelet, ServeError> {
+    let binary = match config.binary {
+        Some(binary) => binary.clone(),
+        None => std::env::current_exe().map_err(|error| ServeError::Replicas(format!("no executable: {error}")))?,
+    };
+    let logs = match config.logs {
+        Some(logs) => logs.clone(),
+        None => {
+            static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let logs = std::env::temp_dir().join(format!("gpuclaim-replicas-{}-{run}", std::process::id()));
+            // Said once, for the person who will want to read them (as `reached --until` is).
+            eprintln!("replica logs in {}", logs.display());
+            logs
+        }
+    };
+    let credentials = config.credentials.cloned().unwrap_or_else(|| Arc::new(kubelet::SameToken(shared.token.clone())));
+    let kubelet_config = kubelet::KubeletConfig {
+        binary,
+        extra_args: config.extra_args.to_vec(),
+        logs: logs.clone(),
+        credentials,
+        server: format!("https://{}", shared.address),
+        ca_pem: ca_pem.to_owned(),
+    };
+    kubelet::Kubelet::start(kubelet_config, Arc::clone(shared))
+        .map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))
+}
+
+/// `duration` of virtual time as wall time at `speed` (at `max`, a hundredth).
+fn scaled(duration: Duration, speed: Speed) -> Duration {
+    match speed {
+        Speed::Times(times) => duration.div_f64(times),
+        Speed::Max => duration / 100,
+    }
+}
+
+/// The chart's leader-election timings (client-go's: lease 15 s, renew deadline 10 s, retry 2 s) scaled to the
+/// twin's speed, so a failover takes the virtual time it takes on a cluster while the replicas keep the wall clock.
+pub fn leader_election_args(speed: Speed) -> Vec<String> {
+    let timings = gpuclaim_adapter::leader::Timings::default();
+    [
+        ("--leader-elect-lease-duration", timings.lease_duration),
+        ("--leader-elect-renew-deadline", timings.renew_deadline),
+        ("--leader-elect-retry-period", timings.retry_period),
+    ]
+    .into_iter()
+    .map(|(flag, duration)| format!("{flag}={}ms", scaled(duration, speed).as_millis().max(1)))
+    .collect()
 }
 
 /// How often the server looks whether the world's thread failed.
@@ -154,7 +256,32 @@ pub async fn run(
         stopping,
         writes: world.writes(),
     });
-    ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone() });
+    let outside = config.outside_controller;
+    let cert_manager =
+        (config.run_cert_manager || outside).then(|| tokio::spawn(cert_manager::run(Arc::clone(&shared))));
+    let mut extra_args = config.controller_extra_args.clone();
+    if outside {
+        extra_args.extend(leader_election_args(config.speed));
+    }
+    let kubelet = match config.run_controllers || outside {
+        true => {
+            let options = ReplicaOptions {
+                binary: config.controller_binary.as_ref(),
+                extra_args: &extra_args,
+                logs: config.replica_logs.as_ref(),
+                credentials: config.credentials.as_ref(),
+            };
+            Some(start_kubelet(&options, &shared, &certificates.ca_pem)?)
+        }
+        false => None,
+    };
+    // Whatever ends this function (a panic, its future dropped), no replica outlives it.
+    let _replicas = kubelet.clone().map(AbortOnDrop);
+    if let (true, Some(kubelet)) = (config.outside_controller, &kubelet) {
+        let restart = scaled(Duration::from_millis(DeploymentSpec::default().restart_after.0), config.speed);
+        world.attach(Box::new(outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart)));
+    }
+    ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone(), kubelet: kubelet.clone() });
     let world_failed = async {
         while !world.ended() {
             tokio::time::sleep(WORLD_CHECK_INTERVAL).await;
@@ -175,10 +302,17 @@ pub async fn run(
             () = world_failed => {}
             () = judged => {}
         }
+        // The replicas stop first, while the server still answers them (a leader releases its Lease).
+        if let Some(kubelet) = &kubelet {
+            kubelet.stop().await;
+        }
         let _ = stop_watches.send(true);
     };
     let limits = gpuclaim_adapter::https::Limits::default();
     gpuclaim_adapter::https::serve(listener, certificates.server, http::router(shared), limits, stop).await;
+    if let Some(task) = cert_manager {
+        let _ = task.await;
+    }
     world.stop()?;
     Ok(())
 }

@@ -10,5 +10,6 @@ pub mod suite;
 pub use expect::{Expectation, ExpectationSpec, Figure, Subject, When};
 pub use invariants::{Invariant, Invariants, REACTION_TIME_DEFAULT, Violation};
 pub use run::{
-    Checker, CheckedRun, Judged, RunFigures, Stop, check_event, run_checked, run_checked_world, run_twice, watch_invariants,
+    CheckedRun, Checker, Judged, RunFigures, Stop, check_event, run_checked, run_checked_world, run_twice,
+    watch_invariants,
 };
