@@ -181,6 +181,8 @@ fn start_kubelet(
             logs
         }
     };
+    // The replicas run elsewhere than here: their paths (kubeconfig, certificates) must not be relative.
+    let logs = std::path::absolute(&logs).map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))?;
     let credentials = config.credentials.cloned().unwrap_or_else(|| Arc::new(kubelet::SameToken(shared.token.clone())));
     let kubelet_config = kubelet::KubeletConfig {
         binary,
