@@ -113,6 +113,8 @@ impl World {
             Storage::Generic => self.generic_write(request, &mut warnings),
             Storage::Modelled(kind) => self.modelled_write(kind, request, &mut warnings),
             Storage::VirtualMachines => self.vm_write(request, &mut warnings),
+            // The server answers these itself; one reaching the world is a routing bug, refused as unserved.
+            Storage::Answered => Err(status::method_not_supported(request.resource, "write")),
         };
         let answer = match self.schedule_watch_delivery() {
             Ok(()) => answer,
