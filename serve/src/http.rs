@@ -309,6 +309,8 @@ async fn review_response(
     review: Review,
     user: &User,
 ) -> Response {
+    let content_type =
+        request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let body = match body_of(request).await {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -320,7 +322,7 @@ async fn review_response(
         authorizer: &shared.authorizer,
         now: shared.virtual_now(),
     };
-    let (code, body) = reviews::answer(review, &context, target, user, &body);
+    let (code, body) = reviews::answer(review, &context, target, user, &content_type, &body);
     json_response(code, &body)
 }
 

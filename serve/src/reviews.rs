@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use gpuclaim_engine::model::Time;
 use gpuclaim_sim::apiserver::objects::timestamp;
+use gpuclaim_sim::served::protobuf;
 use gpuclaim_sim::served::rbac::{Attributes, Authorizer};
 use gpuclaim_sim::served::resources::{self, Resource};
 use gpuclaim_sim::served::status::{self, Cause};
@@ -62,8 +63,15 @@ pub struct Context<'a> {
 
 /// The answer to `review` from `user` on `target` with `body`: the code and the body (the review with its status,
 /// or a `Status`).
-pub fn answer(review: Review, context: &Context<'_>, target: &Target<'_>, user: &User, body: &[u8]) -> (u16, Value) {
-    let request = match read_body(target, body) {
+pub fn answer(
+    review: Review,
+    context: &Context<'_>,
+    target: &Target<'_>,
+    user: &User,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    let request = match read_body(target, content_type, body) {
         Ok(request) => request,
         Err(refused) => return (code_of(&refused), refused),
     };
@@ -83,8 +91,8 @@ fn code_of(status: &Value) -> u16 {
     status.get("code").and_then(Value::as_u64).and_then(|code| u16::try_from(code).ok()).unwrap_or(500)
 }
 
-/// The request's object (an empty body reads as an empty object, as kubectl's TokenRequest may be).
-fn read_body(target: &Target<'_>, body: &[u8]) -> Result<Value, Value> {
+/// The request's object, from JSON or (as kubectl sends reviews) protobuf; an empty body reads as an empty object.
+fn read_body(target: &Target<'_>, content_type: &str, body: &[u8]) -> Result<Value, Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -92,6 +100,10 @@ fn read_body(target: &Target<'_>, body: &[u8]) -> Result<Value, Value> {
         Some(_) => "TokenRequest",
         None => target.resource.kind,
     };
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media.eq_ignore_ascii_case(protobuf::CONTENT_TYPE) {
+        return protobuf::decode(body, kind).map_err(|error| status::bad_request(&error.to_string()));
+    }
     match serde_json::from_slice::<Value>(body) {
         Ok(object @ Value::Object(_)) => Ok(object),
         Ok(_) => Err(status::bad_request(&format!("the request body is not a {kind} object"))),

@@ -16,7 +16,7 @@
 //! Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the media ranges of an Accept header
 //! ([`media`]); Go's quoting, as the API server's messages use it ([`go`]); what the world keeps of it while served ([`state`]); a custom resource checked against its CRD's
 //! structural schema, its unknown fields found and pruned ([`validate`]); who may do what, Kubernetes' RBAC over the
-//! stored roles and bindings ([`rbac`]).
+//! stored roles and bindings ([`rbac`]); the protobuf bodies of the reviews kubectl sends ([`protobuf`]).
 
 pub mod crds;
 pub mod discovery;
@@ -24,6 +24,7 @@ pub mod go;
 pub mod list;
 pub mod media;
 pub mod patch;
+pub mod protobuf;
 pub mod rbac;
 pub mod resources;
 pub mod select;
