@@ -391,6 +391,13 @@ fn kubectl_creates_a_token_for_a_service_account_held_to_its_role() {
         String::from_utf8_lossy(&reader(&["auth", "can-i", "list", "configmaps", "-n", "team"]).stdout).trim(),
         "yes"
     );
+    let whoami = reader(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert_eq!(String::from_utf8_lossy(&whoami.stdout), "system:serviceaccount:team:reader");
+    let listed = String::from_utf8_lossy(&reader(&["auth", "can-i", "--list", "-n", "team"]).stdout).into_owned();
+    assert!(
+        listed.lines().any(|line| line.split_whitespace().eq(["configmaps", "[]", "[]", "[get", "list]"])),
+        "{listed}"
+    );
     let denied = reader(&["auth", "can-i", "create", "configmaps", "-n", "team"]);
     assert!(!denied.status.success());
     assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");

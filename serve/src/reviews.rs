@@ -1,6 +1,7 @@
 //! The creates the API server answers rather than stores: a TokenRequest (`POST .../serviceaccounts/NAME/token`,
-//! what `kubectl create token` and the kubelet send), a TokenReview (who a token is), a SubjectAccessReview (may this
-//! user do that) and a SelfSubjectAccessReview (may I: `kubectl auth can-i`). Each is answered 201 with the request
+//! what `kubectl create token` sends), a TokenReview (who a token is), a SelfSubjectReview (who am I: `kubectl auth
+//! whoami`), a SubjectAccessReview (may this user do that), a SelfSubjectAccessReview (may I: `kubectl auth can-i`)
+//! and a SelfSubjectRulesReview (what may I: `kubectl auth can-i --list`). Each is answered 201 with the request
 //! and its `status`, as the API server answers them; a malformed one is refused with the API server's words.
 //!
 //! They are answered here, from the snapshot and the tokens, never by the world: nothing is stored, no revision
@@ -35,8 +36,10 @@ pub const TOKEN_SECONDS_MAX: i64 = 1 << 32;
 pub enum Review {
     TokenRequest,
     TokenReview,
+    SelfSubjectReview,
     SubjectAccessReview,
     SelfSubjectAccessReview,
+    SelfSubjectRulesReview,
 }
 
 impl Review {
@@ -46,6 +49,8 @@ impl Review {
         match (resource.group, resource.plural, target.subresource) {
             ("", "serviceaccounts", Some("token")) => Some(Review::TokenRequest),
             ("authentication.k8s.io", "tokenreviews", None) => Some(Review::TokenReview),
+            ("authentication.k8s.io", "selfsubjectreviews", None) => Some(Review::SelfSubjectReview),
+            ("authorization.k8s.io", "selfsubjectrulesreviews", None) => Some(Review::SelfSubjectRulesReview),
             ("authorization.k8s.io", "subjectaccessreviews", None) => Some(Review::SubjectAccessReview),
             ("authorization.k8s.io", "selfsubjectaccessreviews", None) => Some(Review::SelfSubjectAccessReview),
             _ => None,
@@ -78,6 +83,8 @@ pub fn answer(
     let answered = match review {
         Review::TokenRequest => token_request(context, target, request),
         Review::TokenReview => token_review(context, request),
+        Review::SelfSubjectReview => Ok(self_subject_review(context, target.resource, user, request)),
+        Review::SelfSubjectRulesReview => self_subject_rules_review(context, target.resource, user, request),
         Review::SubjectAccessReview => subject_access_review(context, target.resource, request),
         Review::SelfSubjectAccessReview => self_subject_access_review(context, target.resource, user, request),
     };
@@ -211,24 +218,85 @@ fn token_review(context: &Context<'_>, request: Value) -> Result<Value, Value> {
     let status = match context.tokens.holder(&token, context.snapshot) {
         None => json!({"user": {}}),
         Some(holder) => {
-            let user = holder.user();
             let mut audiences = strings(&request, "/spec/audiences");
             if audiences.is_empty() {
                 audiences = API_AUDIENCES.map(str::to_owned).to_vec();
             }
-            let mut info = json!({"username": user.username, "groups": user.groups});
-            if let Holder::ServiceAccount { namespace, name } = &holder {
-                let accounts = resources::find("", "v1", "serviceaccounts").expect("served").id();
-                let stored = context.snapshot.get(accounts, namespace, name);
-                let uid = stored.map(|stored| text(&stored.object, "/metadata/uid").to_owned()).unwrap_or_default();
-                if !uid.is_empty() {
-                    info["uid"] = uid.into();
-                }
-            }
-            json!({"authenticated": true, "user": info, "audiences": audiences})
+            json!({"authenticated": true, "user": user_info(context, &holder), "audiences": audiences})
         }
     };
     Ok(answered(request, resource, "TokenReview", status))
+}
+
+/// A holder as a review's `UserInfo`: username, groups, and a service account's uid (its ServiceAccount's).
+fn user_info(context: &Context<'_>, holder: &Holder) -> Value {
+    let user = holder.user();
+    let mut info = json!({"username": user.username, "groups": user.groups});
+    if let Holder::ServiceAccount { namespace, name } = holder {
+        let accounts = resources::find("", "v1", "serviceaccounts").expect("served").id();
+        let stored = context.snapshot.get(accounts, namespace, name);
+        let uid = stored.map(|stored| text(&stored.object, "/metadata/uid").to_owned()).unwrap_or_default();
+        if !uid.is_empty() {
+            info["uid"] = uid.into();
+        }
+    }
+    info
+}
+
+/// The holder a user is: a service account by its username, else the user itself.
+fn holder_of(user: &User) -> Holder {
+    let account = user.username.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':'));
+    match account {
+        Some((namespace, name)) => Holder::ServiceAccount { namespace: namespace.to_owned(), name: name.to_owned() },
+        None => Holder::User(user.clone()),
+    }
+}
+
+/// A SelfSubjectReview: who the caller is (`kubectl auth whoami`).
+fn self_subject_review(context: &Context<'_>, resource: &Resource, user: &User, request: Value) -> Value {
+    let info = match holder_of(user) {
+        Holder::User(_) => json!({"username": user.username, "groups": user.groups}),
+        account => user_info(context, &account),
+    };
+    answered(request, resource, resource.kind, json!({"userInfo": info}))
+}
+
+/// A SelfSubjectRulesReview: the rules the caller holds in `spec.namespace` (`kubectl auth can-i --list`), split into
+/// resource and non-resource rules; the errors met resolving them as `evaluationError`.
+fn self_subject_rules_review(
+    context: &Context<'_>,
+    resource: &Resource,
+    user: &User,
+    request: Value,
+) -> Result<Value, Value> {
+    let namespace = text(&request, "/spec/namespace").to_owned();
+    if namespace.is_empty() {
+        return Err(status::bad_request("no namespace on request"));
+    }
+    let (rules, errors) = context.authorizer.rules_for(context.snapshot, user, &namespace);
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in rules {
+        if !rule.resources.is_empty() {
+            let mut listed = json!({"verbs": rule.verbs, "resources": rule.resources});
+            if !rule.api_groups.is_empty() {
+                listed["apiGroups"] = json!(rule.api_groups);
+            }
+            if !rule.resource_names.is_empty() {
+                listed["resourceNames"] = json!(rule.resource_names);
+            }
+            resource_rules.push(listed);
+        }
+        if !rule.non_resource_urls.is_empty() {
+            non_resource_rules.push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+        }
+    }
+    let mut status =
+        json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": false});
+    if !errors.is_empty() {
+        status["evaluationError"] = errors.into();
+    }
+    Ok(answered(request, resource, resource.kind, status))
 }
 
 /// The request attributes of a review's spec (`resourceAttributes` or `nonResourceAttributes`), or the causes of

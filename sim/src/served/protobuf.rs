@@ -1,6 +1,7 @@
 //! Kubernetes' protobuf request bodies, read as far as the reviews need: kubectl sends `kubectl create token`'s
-//! TokenRequest and `kubectl auth can-i`'s SelfSubjectAccessReview as `application/vnd.kubernetes.protobuf`, so the
-//! twin reads those (and TokenReview, SubjectAccessReview) into the JSON they stand for. Every other protobuf body is
+//! TokenRequest, `kubectl auth can-i`'s SelfSubjectAccessReview (SelfSubjectRulesReview with `--list`) and `kubectl
+//! auth whoami`'s SelfSubjectReview as `application/vnd.kubernetes.protobuf`, so the twin reads those (and
+//! TokenReview, SubjectAccessReview) into the JSON they stand for. Every other protobuf body is
 //! refused by the writes ([`super::writes::meta`]).
 //!
 //! The wire form (apimachinery `runtime/serializer/protobuf`): the magic `k8s\0`, then a `runtime.Unknown` message
@@ -104,6 +105,9 @@ const SUBJECT_ACCESS_REVIEW: &[Field] = &[
         ],
     ),
 ];
+const SELF_SUBJECT_RULES_REVIEW: &[Field] =
+    &[Message(1, "metadata", OBJECT_META), Message(2, "spec", &[Text(1, "namespace")])];
+const SELF_SUBJECT_REVIEW: &[Field] = &[Message(1, "metadata", OBJECT_META)];
 const UNKNOWN: &[Field] = &[
     Message(1, "typeMeta", &[Text(1, "apiVersion"), Text(2, "kind")]),
     Text(3, "contentEncoding"),
@@ -117,6 +121,8 @@ fn schema(kind: &str) -> Option<&'static [Field]> {
         "TokenReview" => Some(TOKEN_REVIEW),
         "SubjectAccessReview" => Some(SUBJECT_ACCESS_REVIEW),
         "SelfSubjectAccessReview" => Some(SELF_SUBJECT_ACCESS_REVIEW),
+        "SelfSubjectRulesReview" => Some(SELF_SUBJECT_RULES_REVIEW),
+        "SelfSubjectReview" => Some(SELF_SUBJECT_REVIEW),
         _ => None,
     }
 }

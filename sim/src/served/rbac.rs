@@ -415,6 +415,29 @@ impl Index {
     }
 }
 
+impl Index {
+    /// Every rule the user's bindings grant in `namespace` (cluster-wide ones too), and the errors met resolving
+    /// them (`RulesFor`).
+    fn rules_for(&self, user: &User, namespace: &str) -> (Vec<Rule>, String) {
+        let local = match namespace {
+            "" => None,
+            namespace => self.namespaced.get(namespace),
+        };
+        let mut rules = Vec::new();
+        let mut errors: Vec<&str> = Vec::new();
+        for grant in self.cluster.iter().chain(local.into_iter().flatten()) {
+            if grant.subject_for(user).is_none() {
+                continue;
+            }
+            match &grant.rules {
+                Ok(granted) => rules.extend(granted.iter().cloned()),
+                Err(error) => errors.push(error),
+            }
+        }
+        (rules, aggregate(&errors))
+    }
+}
+
 /// apimachinery's `utilerrors.NewAggregate(errs).Error()`: one error as it is, several (each once) in brackets.
 fn aggregate(errors: &[&str]) -> String {
     let mut seen: Vec<&str> = Vec::new();
@@ -470,6 +493,23 @@ impl Authorizer {
             return Decision::Allowed { reason: String::new() };
         }
         self.index(snapshot).decide(user, attributes)
+    }
+
+    /// The rules `user` holds in `namespace`, as a SelfSubjectRulesReview lists them: `system:masters`' rule of
+    /// everything first (the privileged-groups authorizer's), then the ones its bindings grant; with the errors met
+    /// resolving them (`RBAC`-less, as the review's `evaluationError` carries them).
+    pub fn rules_for(&self, snapshot: &Snapshot, user: &User, namespace: &str) -> (Vec<Rule>, String) {
+        let (granted, errors) = self.index(snapshot).rules_for(user, namespace);
+        let everything = || vec![ALL.to_owned()];
+        let superuser = Rule {
+            verbs: everything(),
+            api_groups: everything(),
+            resources: everything(),
+            resource_names: Vec::new(),
+            non_resource_urls: everything(),
+        };
+        let rules = is_superuser(user).then_some(superuser).into_iter().chain(granted).collect();
+        (rules, errors)
     }
 
     fn index(&self, snapshot: &Snapshot) -> Arc<Index> {
@@ -761,6 +801,23 @@ mod tests {
         assert!(authorizer.authorize(&policy, &reader, &create).allowed());
         policy.remove(ROLE_BINDINGS, "tenant-a", "reader", 101);
         assert!(!authorizer.authorize(&policy, &reader, &create).allowed());
+    }
+
+    #[test]
+    fn the_rules_a_user_holds_are_its_bindings_and_masters_holds_everything() {
+        let policy = reader_policy();
+        let authorizer = Authorizer::new();
+        let reader = User::service_account("tenant-a", "reader");
+        let (rules, errors) = authorizer.rules_for(&policy, &reader, "tenant-a");
+        assert_eq!(errors, "");
+        let granted: Vec<(Vec<String>, Vec<String>)> =
+            rules.iter().map(|rule| (rule.resources.clone(), rule.non_resource_urls.clone())).collect();
+        assert!(granted.contains(&(vec!["configmaps".into()], vec![])), "{granted:?}");
+        assert!(!granted.iter().any(|(resources, _)| resources.contains(&"pods".to_owned())), "not in tenant-a");
+        assert!(granted.iter().any(|(_, urls)| urls.contains(&"/version".to_owned())), "bootstrap: {granted:?}");
+        let (admin, _) = authorizer.rules_for(&policy, &crate::users::platform_admin(), "tenant-a");
+        assert_eq!(admin[0].verbs, ["*"]);
+        assert_eq!(admin[0].non_resource_urls, ["*"]);
     }
 
     #[test]

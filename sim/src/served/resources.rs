@@ -11,9 +11,9 @@
 //! core group first, then the built-in groups in the API server's priority order (apps, events, authentication,
 //! authorization, policy, rbac, storage, admissionregistration, apiextensions, coordination: the
 //! `groupPriorityMinimum`s of kube-apiserver's APIServices, ties broken by name), then the CRD groups
-//! alphabetically (all CRDs share one priority). The reviews (TokenReview, SubjectAccessReview,
-//! SelfSubjectAccessReview, `serviceaccounts/token`) are only created, and answered rather than stored
-//! ([`Storage::Answered`]).
+//! alphabetically (all CRDs share one priority). The reviews (TokenReview, SelfSubjectReview, SubjectAccessReview,
+//! SelfSubjectAccessReview, SelfSubjectRulesReview, `serviceaccounts/token`) are only created, and answered rather
+//! than stored ([`Storage::Answered`]).
 //!
 //! ```
 //! use gpuclaim_sim::served::resources;
@@ -221,8 +221,10 @@ pub static RESOURCES: &[Resource] = &[
     // The events.k8s.io Events the controller's recorder posts: stored apart from core/v1 Events (the API server
     // stores both as one), so `kubectl describe` does not list them. No short name: `ev` is core's here.
     row("events.k8s.io", "v1", "events", "event", "Event", true, Generic),
+    review(AUTHENTICATION, "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview"),
     review(AUTHENTICATION, "tokenreviews", "tokenreview", "TokenReview"),
     review(AUTHORIZATION, "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview"),
+    review(AUTHORIZATION, "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview"),
     review(AUTHORIZATION, "subjectaccessreviews", "subjectaccessreview", "SubjectAccessReview"),
     Resource {
         short_names: &["pdb"],
