@@ -6,7 +6,8 @@
 //!
 //! Tokens are opaque random strings from the operating system's source; only their SHA-256 is kept, so a lookup
 //! compares digests, never the secret itself. A service account's token stops authenticating once its
-//! ServiceAccount is no longer stored (as the API server's token validator checks it); tokens do not expire
+//! ServiceAccount is no longer stored (as the API server's token validator checks it; by name only: one created
+//! again under that name takes the old tokens back, where the API server also compares uids); tokens do not expire
 //! (a TokenRequest's `expirationTimestamp` is reported, not enforced: the twin's virtual clock runs faster than the
 //! clients that hold them).
 

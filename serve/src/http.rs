@@ -374,3 +374,46 @@ async fn write_response(
         Err(_) => status_response(status::status(503, "ServiceUnavailable", "the twin's world has stopped", None)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attributes_of(method: Method, path_and_query: &str) -> Attributes {
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let parameters = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+        attributes(&method, route::endpoint(path).ok().as_ref(), path, &parameters)
+    }
+
+    #[test]
+    fn requests_are_authorised_by_the_attributes_the_api_server_reads() {
+        let pods = |verb: &str, subresource: &str, namespace: &str, name: &str| {
+            Attributes::resource(verb, "", "pods", subresource, namespace, name)
+        };
+        assert_eq!(attributes_of(Method::GET, "/api/v1/namespaces/a/pods/p"), pods("get", "", "a", "p"));
+        assert_eq!(attributes_of(Method::GET, "/api/v1/pods"), pods("list", "", "", ""));
+        assert_eq!(attributes_of(Method::GET, "/api/v1/namespaces/a/pods?watch=true"), pods("watch", "", "a", ""));
+        assert_eq!(
+            attributes_of(Method::PATCH, "/api/v1/namespaces/a/pods/p/status"),
+            pods("patch", "status", "a", "p")
+        );
+        assert_eq!(attributes_of(Method::POST, "/api/v1/namespaces/a/pods"), pods("create", "", "a", ""));
+        assert_eq!(attributes_of(Method::DELETE, "/api/v1/namespaces/a/pods/p"), pods("delete", "", "a", "p"));
+        // A list selecting one name names it; a namespace is in itself.
+        let one = "/api/v1/namespaces/a/pods?fieldSelector=metadata.name%3Dp&watch=1";
+        assert_eq!(attributes_of(Method::GET, one), pods("watch", "", "a", "p"));
+        let other = "/api/v1/namespaces/a/pods?fieldSelector=metadata.name!%3Dp";
+        assert_eq!(attributes_of(Method::GET, other), pods("list", "", "a", ""));
+        assert_eq!(
+            attributes_of(Method::GET, "/api/v1/namespaces/a"),
+            Attributes::resource("get", "", "namespaces", "", "a", "a")
+        );
+        assert_eq!(
+            attributes_of(Method::GET, "/apis/gpu.cozystack.io/v1alpha1/gpuclasses/gpu"),
+            Attributes::resource("get", "gpu.cozystack.io", "gpuclasses", "", "", "gpu")
+        );
+        assert_eq!(attributes_of(Method::GET, "/apis/apps/v1"), Attributes::non_resource("get", "/apis/apps/v1"));
+        assert_eq!(attributes_of(Method::POST, "/version"), Attributes::non_resource("post", "/version"));
+        assert_eq!(attributes_of(Method::GET, "/metrics"), Attributes::non_resource("get", "/metrics"));
+    }
+}

@@ -374,3 +374,132 @@ fn self_subject_access_review(
     let status = decision_status(context, user, &attributes);
     Ok(answered(request, resource, resource.kind, status))
 }
+
+#[cfg(test)]
+mod tests {
+    use gpuclaim_sim::served::store::ResourceId;
+
+    use super::*;
+    use crate::route::{self, Endpoint};
+
+    fn target(path: &str) -> Target<'_> {
+        match route::endpoint(path).unwrap() {
+            Endpoint::Resource(target) => target,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    /// A snapshot holding the ServiceAccount `team/reader`.
+    fn snapshot() -> Snapshot {
+        let mut snapshot = Snapshot::new(1, 10);
+        let accounts = ResourceId { group: "", plural: "serviceaccounts" };
+        let account = json!({"metadata": {"name": "reader", "namespace": "team", "uid": "u-1"}});
+        snapshot.upsert(accounts, "team", "reader", 2, account);
+        snapshot
+    }
+
+    fn ask(review: Review, path: &str, user: &User, body: Value) -> (u16, Value) {
+        let snapshot = snapshot();
+        let tokens = Tokens::new("admin");
+        let authorizer = Authorizer::new();
+        let now = Time::from_second(1_800_000_000).unwrap();
+        let context = Context { snapshot: &snapshot, tokens: &tokens, authorizer: &authorizer, now };
+        answer(review, &context, &target(path), user, "application/json", body.to_string().as_bytes())
+    }
+
+    const TOKEN: &str = "/api/v1/namespaces/team/serviceaccounts/reader/token";
+
+    #[test]
+    fn a_token_request_answers_a_token_expiring_on_the_twins_clock() {
+        let admin = gpuclaim_sim::users::platform_admin();
+        let (code, answer) = ask(Review::TokenRequest, TOKEN, &admin, json!({"spec": {"expirationSeconds": 7200}}));
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!(
+            (answer["kind"].as_str(), answer["apiVersion"].as_str()),
+            (Some("TokenRequest"), Some("authentication.k8s.io/v1"))
+        );
+        assert_eq!(answer["metadata"], json!({"name": "reader", "namespace": "team"}));
+        assert_eq!(answer["spec"]["audiences"], json!(API_AUDIENCES));
+        assert_eq!(answer["status"]["expirationTimestamp"], "2027-01-15T10:00:00Z");
+        assert_eq!(answer["status"]["token"].as_str().map(str::len), Some(64));
+        let (_, default) = ask(Review::TokenRequest, TOKEN, &admin, json!({}));
+        assert_eq!(default["spec"]["expirationSeconds"], 3600);
+    }
+
+    #[test]
+    fn a_token_request_for_a_missing_account_or_too_short_is_refused() {
+        let admin = gpuclaim_sim::users::platform_admin();
+        let ghost = "/api/v1/namespaces/team/serviceaccounts/ghost/token";
+        let (code, refused) = ask(Review::TokenRequest, ghost, &admin, json!({}));
+        assert_eq!((code, refused["message"].as_str()), (404, Some("serviceaccounts \"ghost\" not found")));
+        let (code, refused) = ask(Review::TokenRequest, TOKEN, &admin, json!({"spec": {"expirationSeconds": 60}}));
+        assert_eq!(code, 422);
+        assert_eq!(
+            refused["message"],
+            "TokenRequest.authentication.k8s.io \"reader\" is invalid: spec.expirationSeconds: Invalid value: 60: may \
+             not specify a duration less than 10 minutes"
+        );
+    }
+
+    #[test]
+    fn a_token_review_knows_the_tokens_the_twin_issued() {
+        let admin = gpuclaim_sim::users::platform_admin();
+        let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+        let (code, answer) = ask(Review::TokenReview, path, &admin, json!({"spec": {"token": "admin"}}));
+        assert_eq!(code, 201);
+        assert_eq!(
+            answer["status"],
+            json!({"authenticated": true, "audiences": API_AUDIENCES,
+                "user": {"username": "platform-admin", "groups": ["system:masters", "system:authenticated"]}})
+        );
+        let (_, unknown) = ask(Review::TokenReview, path, &admin, json!({"spec": {"token": "other"}}));
+        assert_eq!(unknown["status"], json!({"user": {}}));
+        let (code, refused) = ask(Review::TokenReview, path, &admin, json!({"spec": {}}));
+        assert_eq!(
+            (code, refused["message"].as_str()),
+            (400, Some("token is required for TokenReview in authentication"))
+        );
+    }
+
+    #[test]
+    fn a_subject_access_review_decides_for_the_user_it_names_and_checks_its_spec() {
+        let admin = gpuclaim_sim::users::platform_admin();
+        let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+        let spec = json!({"user": "alice", "nonResourceAttributes": {"path": "/version", "verb": "get"}});
+        let (code, answer) = ask(Review::SubjectAccessReview, path, &admin, json!({"spec": spec}));
+        assert_eq!((code, answer["status"]["allowed"].as_bool()), (201, Some(false)), "alice is not authenticated");
+        let spec = json!({"user": "alice", "groups": ["system:authenticated"], "nonResourceAttributes": {"path": "/version", "verb": "get"}});
+        let (_, answer) = ask(Review::SubjectAccessReview, path, &admin, json!({"spec": spec}));
+        assert_eq!(answer["status"]["allowed"], true);
+        let (code, refused) = ask(Review::SubjectAccessReview, path, &admin, json!({"spec": {}}));
+        assert_eq!(code, 422);
+        assert_eq!(
+            refused["message"],
+            "SubjectAccessReview.authorization.k8s.io \"\" is invalid: [spec.resourceAttributes: Invalid value: \
+             \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified, spec.user: \
+             Invalid value: \"\": at least one of user or group must be specified]"
+        );
+    }
+
+    #[test]
+    fn self_reviews_answer_for_the_caller() {
+        let reader = User::service_account("team", "reader");
+        let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+        let spec = json!({"resourceAttributes": {"namespace": "team", "verb": "get", "resource": "configmaps"}});
+        let (_, answer) = ask(Review::SelfSubjectAccessReview, path, &reader, json!({"spec": spec}));
+        assert_eq!(answer["status"], json!({"allowed": false}));
+        let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let (_, answer) = ask(Review::SelfSubjectReview, whoami, &reader, json!({}));
+        assert_eq!(answer["status"]["userInfo"]["username"], "system:serviceaccount:team:reader");
+        assert_eq!(answer["status"]["userInfo"]["uid"], "u-1");
+        let rules = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+        let (code, refused) = ask(Review::SelfSubjectRulesReview, rules, &reader, json!({"spec": {}}));
+        assert_eq!((code, refused["message"].as_str()), (400, Some("no namespace on request")));
+        let (_, answer) = ask(Review::SelfSubjectRulesReview, rules, &reader, json!({"spec": {"namespace": "team"}}));
+        assert_eq!(
+            answer["status"]["resourceRules"][0]["resources"],
+            json!(["selfsubjectaccessreviews", "selfsubjectrulesreviews"])
+        );
+        assert_eq!(answer["status"]["incomplete"], false);
+    }
+}
