@@ -413,6 +413,12 @@ fn kubectl_creates_a_token_for_a_service_account_held_to_its_role() {
         String::from_utf8_lossy(&missing.stderr).trim(),
         "error: failed to create token: serviceaccounts \"ghost\" not found"
     );
+    let impersonating = twin.run(&["--as", "system:serviceaccount:team:reader", "get", "configmaps", "-n", "team"]);
+    assert_eq!(
+        String::from_utf8_lossy(&impersonating.stderr).trim(),
+        "Error from server (BadRequest): Unable to list \"/v1, Resource=configmaps\": impersonation (Impersonate-User, Impersonate-Group, kubectl --as) is not \
+         served by the twin: use a token of the user (kubectl create token, then kubectl --token)"
+    );
     let stranger = twin.run(&["--token", "not-a-token", "get", "configmaps", "-n", "team"]);
     assert_eq!(
         String::from_utf8_lossy(&stranger.stderr).trim(),

@@ -75,6 +75,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         let Some(user) = shared.tokens.authenticate(request.headers(), &snapshot) else {
             return status_response(status::unauthorized());
         };
+        if impersonates(request.headers()) {
+            return status_response(status::bad_request(IMPERSONATION_NOT_SERVED));
+        }
         let attributes = attributes(request.method(), endpoint.as_ref().ok(), &path, &parameters);
         let decision = shared.authorizer.authorize(&snapshot, &user, &attributes);
         if !decision.allowed() {
@@ -118,6 +121,15 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         },
         Endpoint::Resource(target) => resource(&shared, request, target, user, parameters).await,
     }
+}
+
+/// The refusal of a request that impersonates: acting as the caller instead would grant what was not asked.
+pub const IMPERSONATION_NOT_SERVED: &str = "impersonation (Impersonate-User, Impersonate-Group, kubectl --as) is not served by the twin: use a token of \
+     the user (kubectl create token, then kubectl --token)";
+
+/// Whether a request carries an `Impersonate-*` header.
+fn impersonates(headers: &axum::http::HeaderMap) -> bool {
+    headers.keys().any(|name| name.as_str().starts_with("impersonate-"))
 }
 
 /// Whether a list asks to watch.
@@ -415,5 +427,13 @@ mod tests {
         assert_eq!(attributes_of(Method::GET, "/apis/apps/v1"), Attributes::non_resource("get", "/apis/apps/v1"));
         assert_eq!(attributes_of(Method::POST, "/version"), Attributes::non_resource("post", "/version"));
         assert_eq!(attributes_of(Method::GET, "/metrics"), Attributes::non_resource("get", "/metrics"));
+    }
+
+    #[test]
+    fn impersonation_headers_are_noticed() {
+        let mut headers = axum::http::HeaderMap::new();
+        assert!(!impersonates(&headers));
+        headers.insert("Impersonate-Group", HeaderValue::from_static("system:masters"));
+        assert!(impersonates(&headers));
     }
 }
