@@ -197,6 +197,12 @@ fn the_core_resource_list_is_shaped_as_the_api_servers() {
         binding,
         &json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]})
     );
+    let token = rows.iter().find(|r| r["name"] == "serviceaccounts/token").unwrap();
+    assert_eq!(
+        token,
+        &json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+            "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+    );
     let pods = rows.iter().find(|r| r["name"] == "pods").unwrap();
     assert_eq!(
         pods,

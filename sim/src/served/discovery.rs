@@ -111,13 +111,19 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     for resource in resources::of_group_version(group, version) {
         rows.push(legacy_row(resource));
         for subresource in resource.subresources {
-            rows.push(json!({
+            let mut row = json!({
                 "name": format!("{}/{}", resource.plural, subresource.name),
                 "singularName": "",
                 "namespaced": resource.namespaced,
-                "kind": subresource.kind,
-                "verbs": subresource.verbs,
-            }));
+            });
+            // The API server names the kind's group and version only when they are not the list's.
+            if let Some((group, version)) = subresource.kind_group_version {
+                row["group"] = group.into();
+                row["version"] = version.into();
+            }
+            row["kind"] = subresource.kind.into();
+            row["verbs"] = json!(subresource.verbs);
+            rows.push(row);
         }
     }
     if rows.is_empty() {
@@ -204,9 +210,10 @@ fn aggregated_resource(resource: &Resource) -> Value {
             .subresources
             .iter()
             .map(|subresource| {
+                let (group, version) = subresource.kind_group_version.unwrap_or((resource.group, resource.version));
                 json!({
                     "subresource": subresource.name,
-                    "responseKind": {"group": resource.group, "version": resource.version, "kind": subresource.kind},
+                    "responseKind": {"group": group, "version": version, "kind": subresource.kind},
                     "verbs": subresource.verbs,
                 })
             })

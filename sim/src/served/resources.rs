@@ -54,6 +54,9 @@ pub struct Subresource {
     pub name: &'static str,
     /// The kind its requests and answers carry (the resource's own for `status`).
     pub kind: &'static str,
+    /// The group and version of that kind, when they are not the resource's (`serviceaccounts/token` answers an
+    /// `authentication.k8s.io/v1` TokenRequest).
+    pub kind_group_version: Option<(&'static str, &'static str)>,
     pub verbs: &'static [&'static str],
 }
 
@@ -94,7 +97,7 @@ pub const PATCH_TYPES_CUSTOM: &[&str] =
 const CUSTOM_GROUPS: &[&str] = &["cert-manager.io", "gpu.cozystack.io", "kubevirt.io"];
 
 const fn status(kind: &'static str) -> Subresource {
-    Subresource { name: "status", kind, verbs: STATUS_VERBS }
+    Subresource { name: "status", kind, kind_group_version: None, verbs: STATUS_VERBS }
 }
 
 /// The fields of a core Event a field selector may name (k8s.io/kubernetes `pkg/apis/core/v1` conversion).
@@ -181,7 +184,10 @@ pub static RESOURCES: &[Resource] = &[
     Resource {
         short_names: &["po"],
         categories: &["all"],
-        subresources: &[status("Pod"), Subresource { name: "binding", kind: "Binding", verbs: &["create"] }],
+        subresources: &[
+            status("Pod"),
+            Subresource { name: "binding", kind: "Binding", kind_group_version: None, verbs: &["create"] },
+        ],
         field_labels: POD_FIELDS,
         ..row(CORE, "v1", "pods", "pod", "Pod", true, Modelled(Kind::Pod))
     },
@@ -197,7 +203,12 @@ pub static RESOURCES: &[Resource] = &[
     // `serviceaccounts/token` is a TokenRequest (authentication.k8s.io/v1), answered by the server, not stored.
     Resource {
         short_names: &["sa"],
-        subresources: &[Subresource { name: "token", kind: "TokenRequest", verbs: CREATE }],
+        subresources: &[Subresource {
+            name: "token",
+            kind: "TokenRequest",
+            kind_group_version: Some(("authentication.k8s.io", "v1")),
+            verbs: CREATE,
+        }],
         ..row(CORE, "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, Generic)
     },
     Resource {
