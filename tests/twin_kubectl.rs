@@ -357,3 +357,71 @@ fn kubectl_cordons_and_uncordons_a_node() {
     ]);
     assert!(!refused.status.success());
 }
+
+/// A ServiceAccount `team/reader`, a Role letting it get and list ConfigMaps, and a ConfigMap `c`.
+const READER: &str = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: reader, namespace: team}\n---\n\
+    apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: read-configmaps, namespace: team}\n\
+    rules: [{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]\n---\n\
+    apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: reader, namespace: team}\n\
+    roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-configmaps}\n\
+    subjects: [{kind: ServiceAccount, name: reader}]\n---\n\
+    apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: team}\n";
+
+#[test]
+fn kubectl_creates_a_token_for_a_service_account_held_to_its_role() {
+    let Some(kubectl) = kubectl() else { return };
+    let twin = Twin::start(kubectl, QUIET, &["--speed", "60"]);
+    // kubectl's imperative `create serviceaccount|role|rolebinding|configmap` send protobuf: applied as YAML.
+    std::fs::write(twin.dir.join("reader.yaml"), READER).unwrap();
+    twin.ok(&["apply", "-f", "reader.yaml"]);
+    let token = twin.ok(&["create", "token", "reader", "-n", "team"]).trim().to_owned();
+    assert!(!token.is_empty());
+    let as_reader = |args: &[&'static str]| -> Vec<String> {
+        ["--token", token.as_str()].iter().chain(args).map(|arg| (*arg).to_owned()).collect()
+    };
+    let reader = |args: &[&'static str]| twin.command(&[]).args(as_reader(args)).output().unwrap();
+    let read = reader(&["get", "configmap", "c", "-n", "team", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout).trim(),
+        "configmap/c",
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&reader(&["auth", "can-i", "list", "configmaps", "-n", "team"]).stdout).trim(),
+        "yes"
+    );
+    let whoami = reader(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert_eq!(String::from_utf8_lossy(&whoami.stdout), "system:serviceaccount:team:reader");
+    let listed = String::from_utf8_lossy(&reader(&["auth", "can-i", "--list", "-n", "team"]).stdout).into_owned();
+    assert!(
+        listed.lines().any(|line| line.split_whitespace().eq(["configmaps", "[]", "[]", "[get", "list]"])),
+        "{listed}"
+    );
+    let denied = reader(&["auth", "can-i", "create", "configmaps", "-n", "team"]);
+    assert!(!denied.status.success());
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
+    let refused = reader(&["delete", "configmap", "c", "-n", "team"]);
+    assert!(!refused.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        "Error from server (Forbidden): configmaps \"c\" is forbidden: User \"system:serviceaccount:team:reader\" \
+         cannot delete resource \"configmaps\" in API group \"\" in the namespace \"team\""
+    );
+    let missing = twin.run(&["create", "token", "ghost", "-n", "team"]);
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim(),
+        "error: failed to create token: serviceaccounts \"ghost\" not found"
+    );
+    let impersonating = twin.run(&["--as", "system:serviceaccount:team:reader", "get", "configmaps", "-n", "team"]);
+    assert_eq!(
+        String::from_utf8_lossy(&impersonating.stderr).trim(),
+        "Error from server (BadRequest): Unable to list \"/v1, Resource=configmaps\": impersonation (Impersonate-User, Impersonate-Group, kubectl --as) is not \
+         served by the twin: use a token of the user (kubectl create token, then kubectl --token)"
+    );
+    let stranger = twin.run(&["--token", "not-a-token", "get", "configmaps", "-n", "team"]);
+    assert_eq!(
+        String::from_utf8_lossy(&stranger.stderr).trim(),
+        "error: You must be logged in to the server (Unauthorized)"
+    );
+}

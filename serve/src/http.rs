@@ -1,5 +1,7 @@
 //! The served twin's HTTP side: one handler that reads a request as the API server does ([`crate::route`]),
-//! answers reads from the snapshot, and answers everything else with the API server's `Status`.
+//! authenticates it ([`crate::auth`]: 401 when no token the twin issued), authorises it (RBAC from the stored roles
+//! and bindings: 403 as the API server words it), answers reads from the snapshot, reviews from the snapshot and
+//! the tokens ([`crate::reviews`]), and everything else with the API server's `Status`.
 //!
 //! Reads never reach the world's thread: GET and LIST read the snapshot under its read lock; a WATCH streams from
 //! it ([`crate::watch_stream`]). Writes go to the world's thread, which applies them between two events
@@ -12,20 +14,22 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use gpuclaim_sim::served::list::{ListError, ListOptions, Selection, list};
+use gpuclaim_sim::served::rbac::Attributes;
 use gpuclaim_sim::served::resources::Resource;
-use gpuclaim_sim::served::select::{FieldSelector, LabelSelector};
+use gpuclaim_sim::served::select::{FieldOperator, FieldSelector, LabelSelector};
 use gpuclaim_sim::served::store::{ResourceId, Snapshot};
 use gpuclaim_sim::served::table::{self, TableOptions};
 use gpuclaim_sim::served::{discovery, status};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-use crate::auth;
 use crate::respond::{json_response, status_response};
+use crate::reviews::{self, Review};
 use crate::route::{self, Endpoint, Target};
 use crate::shared::Shared;
 use crate::watch_stream::{self, WatchRequest};
 use gpuclaim_sim::served::writes::{Verb, WriteRequest};
+use gpuclaim_sim::users::User;
 
 /// How a read is answered: a Table (and its options) or plain JSON.
 pub fn table_options(accept: &str, parameters: &BTreeMap<String, String>) -> Result<Option<TableOptions>, Value> {
@@ -62,11 +66,26 @@ fn query(request: &Request) -> std::collections::BTreeMap<String, String> {
 }
 
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if !auth::authenticated(request.headers(), &shared.token) {
-        return status_response(status::status(401, "Unauthorized", "Unauthorized", None));
-    }
     let path = request.uri().path().to_owned();
-    let Ok(endpoint) = route::endpoint(&path) else { return status_response(status::not_found_path()) };
+    let parameters = query(&request);
+    let endpoint = route::endpoint(&path);
+    // Authenticated, then authorised, before anything is read or written (the API server's filter order).
+    let user = {
+        let snapshot = read(&shared.snapshot);
+        let Some(user) = shared.tokens.authenticate(request.headers(), &snapshot) else {
+            return status_response(status::unauthorized());
+        };
+        if impersonates(request.headers()) {
+            return status_response(status::bad_request(IMPERSONATION_NOT_SERVED));
+        }
+        let attributes = attributes(request.method(), endpoint.as_ref().ok(), &path, &parameters);
+        let decision = shared.authorizer.authorize(&snapshot, &user, &attributes);
+        if !decision.allowed() {
+            return status_response(status::forbidden(&attributes, &user.username, decision.reason()));
+        }
+        user
+    };
+    let Ok(endpoint) = endpoint else { return status_response(status::not_found_path()) };
     let accept = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     if !matches!(endpoint, Endpoint::Resource(_)) && request.method() != Method::GET {
         return status_response(status::method_not_allowed());
@@ -100,8 +119,58 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             }
             None => status_response(status::not_found_path()),
         },
-        Endpoint::Resource(target) => resource(&shared, request, target).await,
+        Endpoint::Resource(target) => resource(&shared, request, target, user, parameters).await,
     }
+}
+
+/// The refusal of a request that impersonates: acting as the caller instead would grant what was not asked.
+pub const IMPERSONATION_NOT_SERVED: &str = "impersonation (Impersonate-User, Impersonate-Group, kubectl --as) is not served by the twin: use a token of \
+     the user (kubectl create token, then kubectl --token)";
+
+/// Whether a request carries an `Impersonate-*` header.
+fn impersonates(headers: &axum::http::HeaderMap) -> bool {
+    headers.keys().any(|name| name.as_str().starts_with("impersonate-"))
+}
+
+/// Whether a list asks to watch.
+fn watching(parameters: &BTreeMap<String, String>) -> bool {
+    parameters.get("watch").is_some_and(|value| value == "true" || value == "1")
+}
+
+/// The attributes the authorizer decides a request by, as the API server's `RequestInfo` reads them: a resource
+/// request's verb, group, resource, subresource, namespace (a namespace's own, for `/api/v1/namespaces/NAME`) and
+/// name (a list or watch selecting one `metadata.name` names it); any other path is a non-resource request whose
+/// verb is the method, lowercased.
+fn attributes(
+    method: &Method,
+    endpoint: Option<&Endpoint<'_>>,
+    path: &str,
+    parameters: &BTreeMap<String, String>,
+) -> Attributes {
+    let Some(Endpoint::Resource(target)) = endpoint else {
+        return Attributes::non_resource(&method.as_str().to_ascii_lowercase(), path);
+    };
+    let verb = verb(method, target, watching(parameters));
+    let resource = target.resource;
+    let namespace = match (resource.group, resource.plural, target.name) {
+        ("", "namespaces", Some(name)) => name,
+        _ => target.namespace.unwrap_or_default(),
+    };
+    let name = match (target.name, verb) {
+        (Some(name), _) => name.to_owned(),
+        (None, "list" | "watch") => selected_name(parameters).unwrap_or_default(),
+        (None, _) => String::new(),
+    };
+    let subresource = target.subresource.unwrap_or_default();
+    Attributes::resource(verb, resource.group, resource.plural, subresource, namespace, &name)
+}
+
+/// The one name a list's field selector requires (`metadata.name=x`), if it is a valid path segment.
+fn selected_name(parameters: &BTreeMap<String, String>) -> Option<String> {
+    let selector = FieldSelector::parse(parameters.get("fieldSelector")?).ok()?;
+    let term = selector.terms().iter().find(|term| term.field == "metadata.name")?;
+    let valid = !matches!(term.value.as_str(), "" | "." | "..") && !term.value.contains(['/', '%']);
+    (term.operator == FieldOperator::Equals && valid).then(|| term.value.clone())
 }
 
 /// The verb a method and a target make, as authorization and discovery name it.
@@ -119,10 +188,14 @@ fn verb(method: &Method, target: &Target<'_>, watch: bool) -> &'static str {
     }
 }
 
-async fn resource(shared: &Arc<Shared>, request: Request, target: Target<'_>) -> Response {
-    let parameters = query(&request);
-    let watch = parameters.get("watch").is_some_and(|value| value == "true" || value == "1");
-    let verb = verb(request.method(), &target, watch);
+async fn resource(
+    shared: &Arc<Shared>,
+    request: Request,
+    target: Target<'_>,
+    user: User,
+    parameters: BTreeMap<String, String>,
+) -> Response {
+    let verb = verb(request.method(), &target, watching(&parameters));
     let resource = target.resource;
     let served = match target.subresource {
         None => resource.serves(verb),
@@ -138,8 +211,11 @@ async fn resource(shared: &Arc<Shared>, request: Request, target: Target<'_>) ->
         "delete" => Some(Verb::Delete),
         _ => None,
     };
+    if let (Some(review), Some(Verb::Create)) = (Review::of(&target), write) {
+        return review_response(shared, request, &target, review, &user).await;
+    }
     if let Some(write) = write {
-        return write_response(shared, request, &target, write, &parameters).await;
+        return write_response(shared, request, &target, write, &parameters, user).await;
     }
     let accept = request.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let table = match table_options(&accept, &parameters) {
@@ -229,6 +305,39 @@ fn list_response(
     json_response(200, &body)
 }
 
+/// A request body, or the 413 refusing it.
+async fn body_of(request: Request) -> Result<bytes::Bytes, Response> {
+    axum::body::to_bytes(request.into_body(), BODY_MAX).await.map_err(|_| {
+        let message = format!("the request body is larger than {BODY_MAX} bytes, or could not be read");
+        status_response(status::status(413, "RequestEntityTooLarge", &message, None))
+    })
+}
+
+/// Answers a review (or a TokenRequest) from the snapshot and the tokens, on this thread: nothing is stored.
+async fn review_response(
+    shared: &Arc<Shared>,
+    request: Request,
+    target: &Target<'_>,
+    review: Review,
+    user: &User,
+) -> Response {
+    let content_type =
+        request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let body = match body_of(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let snapshot = read(&shared.snapshot);
+    let context = reviews::Context {
+        snapshot: &snapshot,
+        tokens: &shared.tokens,
+        authorizer: &shared.authorizer,
+        now: shared.virtual_now(),
+    };
+    let (code, body) = reviews::answer(review, &context, target, user, &content_type, &body);
+    json_response(code, &body)
+}
+
 /// Sends a write to the world and answers what it says.
 async fn write_response(
     shared: &Arc<Shared>,
@@ -236,18 +345,16 @@ async fn write_response(
     target: &Target<'_>,
     verb: Verb,
     parameters: &std::collections::BTreeMap<String, String>,
+    user: User,
 ) -> Response {
     if target.resource.namespaced && target.namespace.is_none() {
         return status_response(status::bad_request("the request must name a namespace for a namespaced resource"));
     }
     let content_type =
         request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let body = match axum::body::to_bytes(request.into_body(), BODY_MAX).await {
+    let body = match body_of(request).await {
         Ok(body) => body,
-        Err(_) => {
-            let message = format!("the request body is larger than {BODY_MAX} bytes, or could not be read");
-            return status_response(status::status(413, "RequestEntityTooLarge", &message, None));
-        }
+        Err(refused) => return refused,
     };
     let write = WriteRequest {
         verb,
@@ -257,8 +364,7 @@ async fn write_response(
         subresource: target.subresource.map(str::to_owned),
         content_type,
         body: body.to_vec(),
-        // The kubeconfig's one user is the platform's administrator (issue 40 adds service accounts and RBAC).
-        user: gpuclaim_sim::users::platform_admin(),
+        user,
         dry_run: parameters.get("dryRun").is_some_and(|value| !value.is_empty()),
         field_validation: parameters.get("fieldValidation").cloned(),
     };
@@ -278,5 +384,56 @@ async fn write_response(
             response
         }
         Err(_) => status_response(status::status(503, "ServiceUnavailable", "the twin's world has stopped", None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attributes_of(method: Method, path_and_query: &str) -> Attributes {
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let parameters = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+        attributes(&method, route::endpoint(path).ok().as_ref(), path, &parameters)
+    }
+
+    #[test]
+    fn requests_are_authorised_by_the_attributes_the_api_server_reads() {
+        let pods = |verb: &str, subresource: &str, namespace: &str, name: &str| {
+            Attributes::resource(verb, "", "pods", subresource, namespace, name)
+        };
+        assert_eq!(attributes_of(Method::GET, "/api/v1/namespaces/a/pods/p"), pods("get", "", "a", "p"));
+        assert_eq!(attributes_of(Method::GET, "/api/v1/pods"), pods("list", "", "", ""));
+        assert_eq!(attributes_of(Method::GET, "/api/v1/namespaces/a/pods?watch=true"), pods("watch", "", "a", ""));
+        assert_eq!(
+            attributes_of(Method::PATCH, "/api/v1/namespaces/a/pods/p/status"),
+            pods("patch", "status", "a", "p")
+        );
+        assert_eq!(attributes_of(Method::POST, "/api/v1/namespaces/a/pods"), pods("create", "", "a", ""));
+        assert_eq!(attributes_of(Method::DELETE, "/api/v1/namespaces/a/pods/p"), pods("delete", "", "a", "p"));
+        // A list selecting one name names it; a namespace is in itself.
+        let one = "/api/v1/namespaces/a/pods?fieldSelector=metadata.name%3Dp&watch=1";
+        assert_eq!(attributes_of(Method::GET, one), pods("watch", "", "a", "p"));
+        let other = "/api/v1/namespaces/a/pods?fieldSelector=metadata.name!%3Dp";
+        assert_eq!(attributes_of(Method::GET, other), pods("list", "", "a", ""));
+        assert_eq!(
+            attributes_of(Method::GET, "/api/v1/namespaces/a"),
+            Attributes::resource("get", "", "namespaces", "", "a", "a")
+        );
+        assert_eq!(
+            attributes_of(Method::GET, "/apis/gpu.cozystack.io/v1alpha1/gpuclasses/gpu"),
+            Attributes::resource("get", "gpu.cozystack.io", "gpuclasses", "", "", "gpu")
+        );
+        assert_eq!(attributes_of(Method::GET, "/apis/apps/v1"), Attributes::non_resource("get", "/apis/apps/v1"));
+        assert_eq!(attributes_of(Method::POST, "/version"), Attributes::non_resource("post", "/version"));
+        assert_eq!(attributes_of(Method::GET, "/metrics"), Attributes::non_resource("get", "/metrics"));
+    }
+
+    #[test]
+    fn impersonation_headers_are_noticed() {
+        let mut headers = axum::http::HeaderMap::new();
+        assert!(!impersonates(&headers));
+        headers.insert("Impersonate-Group", HeaderValue::from_static("system:masters"));
+        assert!(impersonates(&headers));
     }
 }

@@ -3,7 +3,8 @@
 //! The world of a scenario runs on its own thread, paced to the wall clock ([`pacer`], [`world_thread`]). Every
 //! change is rendered into the snapshot `gpuclaim_sim::served` keeps, and this crate serves that snapshot: discovery,
 //! OpenAPI, GET, LIST and WATCH ([`http`], [`watch_stream`]), over HTTPS with a certificate made for the run and a
-//! kubeconfig that trusts it ([`certs`]), to the holder of the run's token ([`auth`]). What a request means and what
+//! kubeconfig that trusts it ([`certs`]), to the holders of the tokens it issued ([`auth`]) as RBAC allows them
+//! (`gpuclaim_sim::served::rbac`); reviews and TokenRequests are answered here ([`reviews`]). What a request means and what
 //! it answers is `gpuclaim_sim::served`'s (no I/O there); this crate only carries it.
 //!
 //! ```no_run
@@ -25,6 +26,7 @@ pub mod outside;
 pub mod pacer;
 pub mod report;
 pub mod respond;
+pub mod reviews;
 pub mod route;
 pub mod shared;
 pub mod watch_stream;
@@ -253,7 +255,8 @@ pub async fn run(
         head: world.head.clone(),
         now: Arc::clone(&world.now),
         epoch_ms: world.epoch_ms,
-        token,
+        tokens: Arc::new(auth::Tokens::new(&token)),
+        authorizer: gpuclaim_sim::served::rbac::Authorizer::new(),
         address: address.to_string(),
         stopping,
         writes: world.writes(),

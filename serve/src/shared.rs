@@ -1,5 +1,5 @@
-//! What every request handler shares: the snapshot and its head, the twin's clock, the run's token, where the
-//! writes go, and the signal that ends open watches.
+//! What every request handler shares: the snapshot and its head, the twin's clock, the tokens and the authorizer,
+//! where the writes go, and the signal that ends open watches.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
@@ -7,6 +7,9 @@ use std::sync::{Arc, RwLock};
 use gpuclaim_engine::model::Time;
 use gpuclaim_sim::served::store::Snapshot;
 
+use gpuclaim_sim::served::rbac::Authorizer;
+
+use crate::auth::Tokens;
 use crate::world_thread::Writes;
 
 /// What every request handler shares.
@@ -17,7 +20,10 @@ pub struct Shared {
     pub now: Arc<AtomicU64>,
     /// The Unix time (ms) virtual zero stands for.
     pub epoch_ms: i64,
-    pub token: String,
+    /// The tokens the twin issued: the kubeconfig's, and service accounts' ([`Tokens::mint`]).
+    pub tokens: Arc<Tokens>,
+    /// RBAC over the stored roles and bindings, its index kept between requests.
+    pub authorizer: Authorizer,
     /// `host:port` clients reach the twin at.
     pub address: String,
     /// Tells open watches to end (the server is stopping).

@@ -63,6 +63,14 @@ impl Twin {
         kube::Client::try_from(config).unwrap()
     }
 
+    /// A client of the twin holding `token` instead of the kubeconfig's.
+    async fn client_with_token(&self, token: &str) -> kube::Client {
+        let mut kubeconfig = Kubeconfig::read_from(&self.ready.kubeconfig).unwrap();
+        kubeconfig.auth_infos[0].auth_info.as_mut().unwrap().token = Some(token.to_owned().into());
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
     async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(30), &mut self.task).await.unwrap().unwrap().unwrap();
@@ -178,6 +186,147 @@ async fn a_request_without_the_token_is_unauthorized() {
     let error = Api::<Node>::all(client).list(&ListParams::default()).await.unwrap_err();
     let kube::Error::Api(status) = error else { panic!("{error:?}") };
     assert_eq!(status.code, 401);
+    twin.stop().await;
+}
+
+/// The API error of a failed call.
+fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> kube::core::Status {
+    match result {
+        Err(kube::Error::Api(status)) => *status,
+        other => panic!("expected an API error: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_accounts_minted_token_is_held_to_its_roles() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+        SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+
+    let twin = Twin::start(Speed::Times(1.0), 1000).await;
+    let admin = twin.client().await;
+    let post = PostParams::default();
+    let named = |name: &str| kube::api::ObjectMeta { name: Some(name.to_owned()), ..Default::default() };
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "team");
+    let request = TokenRequest { spec: TokenRequestSpec::default(), ..Default::default() };
+    let missing = api_error(accounts.create_token_request("reader", &post, &request).await);
+    assert_eq!((missing.code, missing.message.as_str()), (404, "serviceaccounts \"reader\" not found"));
+    accounts.create(&post, &ServiceAccount { metadata: named("reader"), ..Default::default() }).await.unwrap();
+    let rule = PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".to_owned()]),
+        verbs: vec!["get".to_owned(), "list".to_owned()],
+        ..Default::default()
+    };
+    let role = Role { metadata: named("read-configmaps"), rules: Some(vec![rule]) };
+    Api::<Role>::namespaced(admin.clone(), "team").create(&post, &role).await.unwrap();
+    let binding = RoleBinding {
+        metadata: named("reader"),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "Role".to_owned(),
+            name: "read-configmaps".to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: "reader".to_owned(),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin.clone(), "team").create(&post, &binding).await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), "team");
+    configmaps.create(&post, &ConfigMap { metadata: named("c"), ..Default::default() }).await.unwrap();
+
+    let minted = accounts.create_token_request("reader", &post, &request).await.unwrap();
+    assert_eq!(minted.spec.expiration_seconds, Some(3600));
+    let token = minted.status.unwrap().token;
+    let reader = twin.client_with_token(&token).await;
+    let readable: Api<ConfigMap> = Api::namespaced(reader.clone(), "team");
+    assert_eq!(readable.get("c").await.unwrap().metadata.name.as_deref(), Some("c"));
+    assert_eq!(readable.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    let refused = api_error(readable.create(&post, &ConfigMap { metadata: named("d"), ..Default::default() }).await);
+    assert_eq!((refused.code, refused.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        refused.message,
+        "configmaps is forbidden: User \"system:serviceaccount:team:reader\" cannot create resource \"configmaps\" \
+         in API group \"\" in the namespace \"team\""
+    );
+    let nodes = api_error(Api::<Node>::all(reader.clone()).get("gpu-0000").await);
+    assert_eq!(
+        nodes.message,
+        "nodes \"gpu-0000\" is forbidden: User \"system:serviceaccount:team:reader\" cannot get resource \"nodes\" \
+         in API group \"\" at the cluster scope"
+    );
+    assert_eq!(
+        reader.apiserver_version().await.unwrap().git_version,
+        "v1.37.0-gpuclaim-twin",
+        "discovery is everyone's"
+    );
+
+    // Who the token is, and what the account may do, as the reviews answer.
+    let review = TokenReview {
+        spec: TokenReviewSpec { token: Some(token.clone()), ..Default::default() },
+        ..Default::default()
+    };
+    let reviewed = Api::<TokenReview>::all(admin.clone()).create(&post, &review).await.unwrap().status.unwrap();
+    assert_eq!(reviewed.authenticated, Some(true));
+    let user = reviewed.user.unwrap();
+    assert_eq!(user.username.as_deref(), Some("system:serviceaccount:team:reader"));
+    assert_eq!(user.groups.unwrap(), ["system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated"]);
+    assert!(user.uid.is_some_and(|uid| !uid.is_empty()));
+    let unknown = TokenReview {
+        spec: TokenReviewSpec { token: Some("not-a-token".to_owned()), ..Default::default() },
+        ..Default::default()
+    };
+    let unknown = Api::<TokenReview>::all(admin.clone()).create(&post, &unknown).await.unwrap().status.unwrap();
+    assert_eq!(unknown.authenticated, None);
+
+    let attributes = |verb: &str| ResourceAttributes {
+        namespace: Some("team".to_owned()),
+        verb: Some(verb.to_owned()),
+        resource: Some("configmaps".to_owned()),
+        ..Default::default()
+    };
+    let access = |verb: &str| SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some("system:serviceaccount:team:reader".to_owned()),
+            groups: Some(vec!["system:serviceaccounts".to_owned(), "system:authenticated".to_owned()]),
+            resource_attributes: Some(attributes(verb)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    let allowed = reviews.create(&post, &access("get")).await.unwrap().status.unwrap();
+    assert!(allowed.allowed);
+    assert_eq!(
+        allowed.reason.as_deref(),
+        Some(
+            "RBAC: allowed by RoleBinding \"reader/team\" of Role \"read-configmaps\" to ServiceAccount \"reader/team\""
+        )
+    );
+    let denied = reviews.create(&post, &access("create")).await.unwrap().status.unwrap();
+    assert!(!denied.allowed);
+    let forbidden = api_error(Api::<SubjectAccessReview>::all(reader.clone()).create(&post, &access("get")).await);
+    assert_eq!(forbidden.code, 403, "reviewing others takes a grant");
+    let mine = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec { resource_attributes: Some(attributes("list")), ..Default::default() },
+        ..Default::default()
+    };
+    let mine = Api::<SelfSubjectAccessReview>::all(reader.clone()).create(&post, &mine).await.unwrap();
+    assert!(mine.status.unwrap().allowed);
+
+    // A token the twin never issued is refused; the administrator still does everything.
+    let stranger = twin.client_with_token("not-a-token").await;
+    assert_eq!(api_error(Api::<ConfigMap>::namespaced(stranger, "team").get("c").await).code, 401);
+    Api::<ConfigMap>::namespaced(admin.clone(), "team").delete("c", &Default::default()).await.unwrap();
+    // Deleting the account ends its token.
+    accounts.delete("reader", &Default::default()).await.unwrap();
+    assert_eq!(api_error(readable.get("c").await).code, 401);
     twin.stop().await;
 }
 

@@ -127,6 +127,9 @@ fn the_legacy_group_documents_read_back_as_k8s_openapi_types() {
         names,
         [
             "apps",
+            "events.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",
             "storage.k8s.io",
@@ -194,6 +197,12 @@ fn the_core_resource_list_is_shaped_as_the_api_servers() {
         binding,
         &json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]})
     );
+    let token = rows.iter().find(|r| r["name"] == "serviceaccounts/token").unwrap();
+    assert_eq!(
+        token,
+        &json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+            "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+    );
     let pods = rows.iter().find(|r| r["name"] == "pods").unwrap();
     assert_eq!(
         pods,
@@ -242,12 +251,14 @@ fn every_kind_has_a_patch_operation_kubectl_reads_as_taking_field_validation() {
         let document: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(document, discovery::openapi_document(&path).unwrap());
         for resource in resources::of_group_version(group, version) {
-            // As cli-runtime's query_param_verifier_v3 reads it: the first PATCH with the kind's extension.
+            // As cli-runtime's query_param_verifier_v3 reads it: the first PATCH with the kind's extension (the
+            // collection's POST for a kind only ever created, a review).
+            let method = if resource.serves("patch") { "patch" } else { "post" };
             let patch = document["paths"]
                 .as_object()
                 .unwrap()
                 .values()
-                .filter_map(|item| item.get("patch"))
+                .filter_map(|item| item.get(method))
                 .find(|op| {
                     op["x-kubernetes-group-version-kind"]
                         == json!({"group": group, "version": version, "kind": resource.kind})

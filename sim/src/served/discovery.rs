@@ -111,13 +111,19 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     for resource in resources::of_group_version(group, version) {
         rows.push(legacy_row(resource));
         for subresource in resource.subresources {
-            rows.push(json!({
+            let mut row = json!({
                 "name": format!("{}/{}", resource.plural, subresource.name),
                 "singularName": "",
                 "namespaced": resource.namespaced,
-                "kind": subresource.kind,
-                "verbs": subresource.verbs,
-            }));
+            });
+            // The API server names the kind's group and version only when they are not the list's.
+            if let Some((group, version)) = subresource.kind_group_version {
+                row["group"] = group.into();
+                row["version"] = version.into();
+            }
+            row["kind"] = subresource.kind.into();
+            row["verbs"] = json!(subresource.verbs);
+            rows.push(row);
         }
     }
     if rows.is_empty() {
@@ -204,9 +210,10 @@ fn aggregated_resource(resource: &Resource) -> Value {
             .subresources
             .iter()
             .map(|subresource| {
+                let (group, version) = subresource.kind_group_version.unwrap_or((resource.group, resource.version));
                 json!({
                     "subresource": subresource.name,
-                    "responseKind": {"group": resource.group, "version": resource.version, "kind": subresource.kind},
+                    "responseKind": {"group": group, "version": version, "kind": subresource.kind},
                     "verbs": subresource.verbs,
                 })
             })
@@ -284,7 +291,10 @@ pub fn openapi_document(path: &str) -> Option<Value> {
     };
     let mut paths = Map::new();
     for resource in resources::of_group_version(group, version) {
-        paths.insert(item_path(resource), json!({"patch": patch_operation(resource)}));
+        match resource.serves("patch") {
+            true => paths.insert(item_path(resource), json!({"patch": patch_operation(resource)})),
+            false => paths.insert(collection_path(resource), json!({"post": post_operation(resource)})),
+        };
     }
     if paths.is_empty() {
         return None;
@@ -312,11 +322,14 @@ fn item_path(resource: &Resource) -> String {
     format!("{prefix}{namespace}/{}/{{name}}", resource.plural)
 }
 
-fn patch_operation(resource: &Resource) -> Value {
-    let mut parameters = vec![parameter("name", "path", "name of the resource")];
-    if resource.namespaced {
-        parameters.push(parameter("namespace", "path", "object name and auth scope, such as for teams and projects"));
-    }
+/// `/apis/{g}/{v}/tokenreviews`: where a resource that is only created is posted.
+fn collection_path(resource: &Resource) -> String {
+    let item = item_path(resource);
+    item.strip_suffix("/{name}").unwrap_or(&item).to_owned()
+}
+
+/// The parameters every write takes (after the path's own).
+fn write_parameters(parameters: &mut Vec<Value>) {
     parameters.push(parameter(
         "dryRun",
         "query",
@@ -333,6 +346,30 @@ fn patch_operation(resource: &Resource) -> Value {
         "fieldValidation instructs the server on how to handle objects in the request containing unknown or \
          duplicate fields. Valid values are: Ignore, Warn, Strict.",
     ));
+}
+
+/// The collection's POST of a resource that is only created (the reviews), with the kind's extension.
+fn post_operation(resource: &Resource) -> Value {
+    let mut parameters = Vec::new();
+    write_parameters(&mut parameters);
+    let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
+    json!({
+        "description": format!("create a {}", resource.kind),
+        "operationId": format!("create{}", resource.kind),
+        "parameters": parameters,
+        "requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}, "required": true},
+        "responses": {"200": {"description": "OK"}, "201": {"description": "Created"}},
+        "x-kubernetes-action": "post",
+        "x-kubernetes-group-version-kind": kind,
+    })
+}
+
+fn patch_operation(resource: &Resource) -> Value {
+    let mut parameters = vec![parameter("name", "path", "name of the resource")];
+    if resource.namespaced {
+        parameters.push(parameter("namespace", "path", "object name and auth scope, such as for teams and projects"));
+    }
+    write_parameters(&mut parameters);
     let content: Map<String, Value> = resource
         .patch_types()
         .iter()

@@ -15,7 +15,8 @@
 //! KubeVirt's objects ([`vms`]); the CRD objects the twin pre-creates and their printer columns ([`crds`]); the
 //! Table answers `kubectl get` asks for, aged on the twin's clock ([`table`]); the media ranges of an Accept header
 //! ([`media`]); Go's quoting, as the API server's messages use it ([`go`]); what the world keeps of it while served ([`state`]); a custom resource checked against its CRD's
-//! structural schema, its unknown fields found and pruned ([`validate`]).
+//! structural schema, its unknown fields found and pruned ([`validate`]); who may do what, Kubernetes' RBAC over the
+//! stored roles and bindings ([`rbac`]); the protobuf bodies of the reviews kubectl sends ([`protobuf`]).
 
 pub mod crds;
 pub mod discovery;
@@ -23,6 +24,8 @@ pub mod go;
 pub mod list;
 pub mod media;
 pub mod patch;
+pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 pub mod select;
 pub mod state;

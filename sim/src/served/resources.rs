@@ -8,9 +8,12 @@
 //! `pods/binding`): `pods/eviction` and `deployments/scale` are not yet.
 //!
 //! The rows' groups are in the order discovery lists them (within a group version it lists resources by name): the
-//! core group first, then the built-in groups in the API server's priority order (apps, policy, rbac, storage,
-//! admissionregistration, apiextensions, coordination: the `groupPriorityMinimum`s of kube-apiserver's
-//! APIServices, ties broken by name), then the CRD groups alphabetically (all CRDs share one priority).
+//! core group first, then the built-in groups in the API server's priority order (apps, events, authentication,
+//! authorization, policy, rbac, storage, admissionregistration, apiextensions, coordination: the
+//! `groupPriorityMinimum`s of kube-apiserver's APIServices, ties broken by name), then the CRD groups
+//! alphabetically (all CRDs share one priority). The reviews (TokenReview, SelfSubjectReview, SubjectAccessReview,
+//! SelfSubjectAccessReview, SelfSubjectRulesReview, `serviceaccounts/token`) are only created, and answered rather
+//! than stored ([`Storage::Answered`]).
 //!
 //! ```
 //! use gpuclaim_sim::served::resources;
@@ -51,6 +54,9 @@ pub struct Subresource {
     pub name: &'static str,
     /// The kind its requests and answers carry (the resource's own for `status`).
     pub kind: &'static str,
+    /// The group and version of that kind, when they are not the resource's (`serviceaccounts/token` answers an
+    /// `authentication.k8s.io/v1` TokenRequest).
+    pub kind_group_version: Option<(&'static str, &'static str)>,
     pub verbs: &'static [&'static str],
 }
 
@@ -63,10 +69,15 @@ pub enum Storage {
     Generic,
     /// KubeVirt's VM controller holds them (VirtualMachines: the twin's KubeVirt state, not the API server's store).
     VirtualMachines,
+    /// Nothing holds them: the server answers each create from the request and the stored state, as the API server
+    /// answers its reviews (TokenReview, SubjectAccessReview); the serving crate does, never the world.
+    Answered,
 }
 
 /// The verbs of a resource whose collection and items are served (no `deletecollection`).
 const SERVED: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+/// The verbs of a resource that is only ever created (the reviews).
+const CREATE: &[&str] = &["create"];
 /// The verbs of a `status` subresource.
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
@@ -86,7 +97,7 @@ pub const PATCH_TYPES_CUSTOM: &[&str] =
 const CUSTOM_GROUPS: &[&str] = &["cert-manager.io", "gpu.cozystack.io", "kubevirt.io"];
 
 const fn status(kind: &'static str) -> Subresource {
-    Subresource { name: "status", kind, verbs: STATUS_VERBS }
+    Subresource { name: "status", kind, kind_group_version: None, verbs: STATUS_VERBS }
 }
 
 /// The fields of a core Event a field selector may name (k8s.io/kubernetes `pkg/apis/core/v1` conversion).
@@ -146,11 +157,18 @@ const fn row(
 const CORE: &str = "";
 const ADMISSION: &str = "admissionregistration.k8s.io";
 const RBAC: &str = "rbac.authorization.k8s.io";
+const AUTHENTICATION: &str = "authentication.k8s.io";
+const AUTHORIZATION: &str = "authorization.k8s.io";
 const GPU: &str = gpuclaim_engine::keys::GROUP;
 const KUBEVIRT: &str = "kubevirt.io";
 const CERT_MANAGER: &str = "cert-manager.io";
 
-use Storage::{Generic, Modelled};
+use Storage::{Answered, Generic, Modelled};
+
+/// A review: cluster-scoped, only created, never stored.
+const fn review(group: &'static str, plural: &'static str, singular: &'static str, kind: &'static str) -> Resource {
+    Resource { verbs: CREATE, ..row(group, "v1", plural, singular, kind, false, Answered) }
+}
 
 /// Every served resource, its groups in discovery's order (see the module doc).
 pub static RESOURCES: &[Resource] = &[
@@ -166,7 +184,10 @@ pub static RESOURCES: &[Resource] = &[
     Resource {
         short_names: &["po"],
         categories: &["all"],
-        subresources: &[status("Pod"), Subresource { name: "binding", kind: "Binding", verbs: &["create"] }],
+        subresources: &[
+            status("Pod"),
+            Subresource { name: "binding", kind: "Binding", kind_group_version: None, verbs: &["create"] },
+        ],
         field_labels: POD_FIELDS,
         ..row(CORE, "v1", "pods", "pod", "Pod", true, Modelled(Kind::Pod))
     },
@@ -179,8 +200,15 @@ pub static RESOURCES: &[Resource] = &[
     // namespace and name; every other ConfigMap is generic, so the resource is.
     Resource { short_names: &["cm"], ..row(CORE, "v1", "configmaps", "configmap", "ConfigMap", true, Generic) },
     Resource { field_labels: &["type"], ..row(CORE, "v1", "secrets", "secret", "Secret", true, Generic) },
+    // `serviceaccounts/token` is a TokenRequest (authentication.k8s.io/v1), answered by the server, not stored.
     Resource {
         short_names: &["sa"],
+        subresources: &[Subresource {
+            name: "token",
+            kind: "TokenRequest",
+            kind_group_version: Some(("authentication.k8s.io", "v1")),
+            verbs: CREATE,
+        }],
         ..row(CORE, "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, Generic)
     },
     Resource {
@@ -201,6 +229,14 @@ pub static RESOURCES: &[Resource] = &[
         subresources: &[status("Deployment")],
         ..row("apps", "v1", "deployments", "deployment", "Deployment", true, Generic)
     },
+    // The events.k8s.io Events the controller's recorder posts: stored apart from core/v1 Events (the API server
+    // stores both as one), so `kubectl describe` does not list them. No short name: `ev` is core's here.
+    row("events.k8s.io", "v1", "events", "event", "Event", true, Generic),
+    review(AUTHENTICATION, "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview"),
+    review(AUTHENTICATION, "tokenreviews", "tokenreview", "TokenReview"),
+    review(AUTHORIZATION, "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview"),
+    review(AUTHORIZATION, "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview"),
+    review(AUTHORIZATION, "subjectaccessreviews", "subjectaccessreview", "SubjectAccessReview"),
     Resource {
         short_names: &["pdb"],
         subresources: &[status("PodDisruptionBudget")],

@@ -17,6 +17,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::go;
+use super::rbac::Attributes;
 use super::resources::{self, Resource};
 use crate::apiserver::ApiError;
 use crate::apiserver::admission::AdmissionError;
@@ -239,6 +241,64 @@ fn cause_type(body: &str) -> &'static str {
 /// characters, which no stored name holds).
 fn quoted(name: &str) -> String {
     format!("{name:?}")
+}
+
+/// 403 `Forbidden` for a request the authorizer refused `username` (apiserver `responsewriters.Forbidden`, then
+/// apimachinery's `NewForbidden`): `pods "x" is forbidden: User "u" cannot patch resource "pods" in API group ""
+/// in the namespace "ns"`; `at the cluster scope` for a request in no namespace; `pods/status` for a subresource;
+/// no name for a list; `forbidden: User "u" cannot get path "/metrics"` for a non-resource path. A non-empty
+/// `reason` (the authorizer's, `RBAC: ...`) follows the message after `: `.
+pub fn forbidden(attributes: &Attributes, username: &str, reason: &str) -> Value {
+    let user = go::quote(username);
+    let (message, details) = match attributes {
+        Attributes::NonResource { verb, path } => {
+            (format!("User {user} cannot {verb} path {}", go::quote(path)), Details::default())
+        }
+        Attributes::Resource(asked) => {
+            let resource = match asked.subresource.as_str() {
+                "" => asked.resource.clone(),
+                subresource => format!("{}/{subresource}", asked.resource),
+            };
+            let scope = match asked.namespace.as_str() {
+                "" => "at the cluster scope".to_owned(),
+                namespace => format!("in the namespace {}", go::quote(namespace)),
+            };
+            let message = format!(
+                "User {user} cannot {} resource {} in API group {} {scope}",
+                asked.verb,
+                go::quote(&resource),
+                go::quote(&asked.group)
+            );
+            let details = Details {
+                name: asked.name.clone(),
+                group: asked.group.clone(),
+                kind: asked.resource.clone(),
+                ..Details::default()
+            };
+            (message, details)
+        }
+    };
+    let message = match reason {
+        "" => message,
+        reason => format!("{message}: {reason}"),
+    };
+    // apimachinery's `GroupResource.String()`: empty for a non-resource request.
+    let qualified = match details.group.as_str() {
+        "" => details.kind.clone(),
+        group => format!("{}.{group}", details.kind),
+    };
+    let message = match (qualified.as_str(), details.name.as_str()) {
+        ("", _) => format!("forbidden: {message}"),
+        (qualified, "") => format!("{qualified} is forbidden: {message}"),
+        (qualified, name) => format!("{qualified} {} is forbidden: {message}", go::quote(name)),
+    };
+    status(403, "Forbidden", &message, Some(details))
+}
+
+/// 401 `Unauthorized`: a request with no token, or one the server does not know (apimachinery's
+/// `NewUnauthorized("Unauthorized")`, as the authentication filter answers it).
+pub fn unauthorized() -> Value {
+    status(401, "Unauthorized", "Unauthorized", None)
 }
 
 /// 404 for a path under `/api` or `/apis` the server does not route (an unknown resource or group version):

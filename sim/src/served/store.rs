@@ -78,6 +78,8 @@ struct Collection {
     history: VecDeque<Change>,
     /// Every change after this revision is in `history`.
     since: u64,
+    /// The newest revision any object of the resource was loaded or written at (what caches of it are keyed by).
+    written: u64,
 }
 
 /// Every served object, and the history watches resume from.
@@ -110,6 +112,7 @@ impl Snapshot {
     /// change: a watch from before the start has nothing to resume.
     pub fn load(&mut self, resource: ResourceId, namespace: &str, name: &str, revision: u64, object: Value) {
         let collection = self.collection(resource);
+        collection.written = collection.written.max(revision);
         let stored = Stored { revision, object: Arc::new(object) };
         collection.objects.insert((Name::from(namespace), Name::from(name)), stored);
     }
@@ -162,6 +165,7 @@ impl Snapshot {
         self.head = self.head.max(change.revision);
         let history_max = self.history_max;
         let collection = self.collections.get_mut(&resource).expect("made by the caller");
+        collection.written = collection.written.max(change.revision);
         debug_assert!(collection.history.back().is_none_or(|last| last.revision < change.revision));
         collection.history.push_back(change);
         while collection.history.len() > history_max {
@@ -210,6 +214,12 @@ impl Snapshot {
         let history = collection.map(|collection| &collection.history);
         let first = history.map_or(0, |history| history.partition_point(|change| change.revision <= after));
         Ok(history.into_iter().flat_map(move |history| history.range(first..)))
+    }
+
+    /// The newest revision an object of `resource` was loaded, written or removed at (0 for a resource never
+    /// stored): two equal answers mean its objects did not change in between, so a cache of them is still good.
+    pub fn written(&self, resource: ResourceId) -> u64 {
+        self.collections.get(&resource).map_or(0, |collection| collection.written)
     }
 
     /// The oldest revision a watch of `resource` may resume from.

@@ -38,6 +38,18 @@ pub enum Verb {
     Delete,
 }
 
+impl Verb {
+    /// The verb as authorization and discovery name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
 /// One write as a client sent it.
 #[derive(Clone, Debug)]
 pub struct WriteRequest {
@@ -113,6 +125,8 @@ impl World {
             Storage::Generic => self.generic_write(request, &mut warnings),
             Storage::Modelled(kind) => self.modelled_write(kind, request, &mut warnings),
             Storage::VirtualMachines => self.vm_write(request, &mut warnings),
+            // The server answers these itself; one reaching the world is a routing bug, refused as unserved.
+            Storage::Answered => Err(status::method_not_supported(request.resource, request.verb.name())),
         };
         let answer = match self.schedule_watch_delivery() {
             Ok(()) => answer,
