@@ -77,7 +77,7 @@ pub struct Config {
     pub controller_extra_args: Vec<String>,
     /// Where the replicas' logs (`POD.log`) and files go; `None`: a new temporary directory, said on standard error.
     pub replica_logs: Option<PathBuf>,
-    /// The replicas' service-account tokens; `None`: every replica gets the run's own token.
+    /// The replicas' service-account tokens; `None`: the twin mints one for each pod's service account.
     pub credentials: Option<Arc<dyn kubelet::Credentials>>,
 }
 
@@ -185,7 +185,10 @@ fn start_kubelet(
     };
     // The replicas run elsewhere than here: their paths (kubeconfig, certificates) must not be relative.
     let logs = std::path::absolute(&logs).map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))?;
-    let credentials = config.credentials.cloned().unwrap_or_else(|| Arc::new(kubelet::SameToken(shared.token.clone())));
+    let credentials: Arc<dyn kubelet::Credentials> = match config.credentials {
+        Some(credentials) => Arc::clone(credentials),
+        None => Arc::clone(&shared.tokens) as Arc<dyn kubelet::Credentials>,
+    };
     let kubelet_config = kubelet::KubeletConfig {
         binary,
         extra_args: config.extra_args.to_vec(),

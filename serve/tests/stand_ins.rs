@@ -278,9 +278,9 @@ http.server.HTTPServer((host, int(port)), Probe).serve_forever()
 struct FakeCredentials(Mutex<Vec<(String, String)>>);
 
 impl Credentials for FakeCredentials {
-    fn token_for(&self, namespace: &str, service_account: &str) -> String {
+    fn token_for(&self, namespace: &str, service_account: &str) -> Result<String, String> {
         self.0.lock().unwrap().push((namespace.to_owned(), service_account.to_owned()));
-        format!("token-of-{namespace}-{service_account}")
+        Ok(format!("token-of-{namespace}-{service_account}"))
     }
 }
 

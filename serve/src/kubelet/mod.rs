@@ -50,9 +50,9 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// The most replicas of one Deployment run (the last octet of their addresses: 2 to 254).
 pub const REPLICAS_MAX: usize = 253;
 
-/// The tokens replicas authenticate with: a token for a pod's service account.
+/// The tokens replicas authenticate with: a token for a pod's service account (an error says why none can be made).
 pub trait Credentials: Send + Sync {
-    fn token_for(&self, namespace: &str, service_account: &str) -> String;
+    fn token_for(&self, namespace: &str, service_account: &str) -> Result<String, String>;
 }
 
 impl std::fmt::Debug for dyn Credentials {
@@ -61,12 +61,19 @@ impl std::fmt::Debug for dyn Credentials {
     }
 }
 
-/// Every service account gets the same token (the served twin's one user, before service accounts are served).
+/// Every service account gets the same token (a test's: one user for every replica).
 pub struct SameToken(pub String);
 
 impl Credentials for SameToken {
-    fn token_for(&self, _namespace: &str, _service_account: &str) -> String {
-        self.0.clone()
+    fn token_for(&self, _namespace: &str, _service_account: &str) -> Result<String, String> {
+        Ok(self.0.clone())
+    }
+}
+
+/// The served twin's own tokens: one minted for the pod's service account, as a projected token would be.
+impl Credentials for crate::auth::Tokens {
+    fn token_for(&self, namespace: &str, service_account: &str) -> Result<String, String> {
+        self.mint(namespace, service_account).map_err(|error| error.to_string())
     }
 }
 
@@ -476,7 +483,7 @@ impl Syncer {
         let (server, ca_pem) = (self.config.server.clone(), self.config.ca_pem.clone());
         let (account_namespace, account) = (namespace.clone(), template.service_account.clone());
         let write_kubeconfig = move || {
-            let token = credentials.token_for(&account_namespace, &account);
+            let token = credentials.token_for(&account_namespace, &account).map_err(std::io::Error::other)?;
             let text = crate::certs::kubeconfig(&server, &ca_pem, &token);
             volumes::write_atomically(&kubeconfig, text.as_bytes()).map_err(std::io::Error::other)
         };
