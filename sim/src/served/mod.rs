@@ -17,6 +17,7 @@
 //! ([`media`]); Go's quoting, as the API server's messages use it ([`go`]); what the world keeps of it while served ([`state`]); a custom resource checked against its CRD's
 //! structural schema, its unknown fields found and pruned ([`validate`]).
 
+pub mod admission;
 pub mod crds;
 pub mod discovery;
 pub mod go;
@@ -208,6 +209,7 @@ impl World {
         }
         let mut snapshot = shared.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.sync_vms([], &mut snapshot);
+        self.sync_admission(&snapshot, true);
         drop(snapshot);
         shared
     }
@@ -255,6 +257,8 @@ impl World {
         let vmis: Vec<_> = vmis.collect();
         self.sync_vms(vmis, &mut snapshot);
         snapshot.advance(self.api.revision());
+        let namespaces_changed = journal.iter().any(|(key, _)| key.kind == Kind::Namespace);
+        self.sync_admission(&snapshot, namespaces_changed);
         journal
     }
 }
