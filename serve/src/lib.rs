@@ -23,6 +23,7 @@ pub mod respond;
 pub mod route;
 pub mod shared;
 pub mod watch_stream;
+pub mod webhook_client;
 pub mod world_thread;
 
 use std::future::Future;
