@@ -77,9 +77,14 @@ pub struct WebhookCall {
 impl WebhookCall {
     /// The URL posted to, as the API server writes it in its errors: `https://NAME.NS.svc:PORT/PATH?timeout=Ns`.
     pub fn url(&self) -> String {
-        let service = &self.service;
-        format!("https://{}:{}{}?timeout={}s", service.host(), service.port, service.path, self.timeout.as_secs())
+        service_url(&self.service, self.timeout)
     }
+}
+
+/// `https://NAME.NS.svc:PORT/PATH?timeout=Ns`: where the API server posts a review for `service` (the timeout in
+/// whole seconds, as registrations give it).
+fn service_url(service: &ServiceRef, timeout: Duration) -> String {
+    format!("https://{}:{}{}?timeout={}s", service.host(), service.port, service.path, timeout.as_secs())
 }
 
 /// Why a call brought no answer, in the transport's words (`no endpoints available for service "x"`, `context
@@ -224,13 +229,7 @@ impl Hook {
     /// The URL the API server names in its errors for a call of this webhook.
     fn url(&self) -> String {
         match &self.client {
-            ClientConfig::Service(service) => WebhookCall {
-                service: service.clone(),
-                ca_bundle: Vec::new(),
-                timeout: self.timeout,
-                body: Value::Null,
-            }
-            .url(),
+            ClientConfig::Service(service) => service_url(service, self.timeout),
             ClientConfig::Url(url) => format!("{url}?timeout={}s", self.timeout.as_secs()),
         }
     }
