@@ -352,3 +352,63 @@ fn a_later_webhooks_change_calls_the_pod_webhook_again_and_its_rule_adds_nothing
     assert_eq!(last.body["request"]["object"]["metadata"]["labels"]["labelled"], "yes", "it sees the labelled pod");
     assert_eq!(last.url(), "https://gpuclaim-webhook.cozy-gpuclaim.svc:443/mutate-pod?timeout=10s");
 }
+
+/// The chart's configuration and one more validating webhook on claims, reached by `clientConfig.url`.
+fn with_url_webhook(failure_policy: &str) -> ApiServer {
+    let mut documents = chart_documents();
+    documents.push(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "elsewhere"},
+        "webhooks": [{
+            "name": "elsewhere.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": failure_policy, "clientConfig": {"url": "https://example.com/check"},
+            "rules": [{"apiGroups": ["gpu.cozystack.io"], "apiVersions": ["*"], "operations": ["CREATE"],
+                       "resources": ["gpuclaims"]}],
+        }],
+    }));
+    let Remote { mut api, .. } = remote(platform(), false);
+    assert_eq!(api.admission.configure_remote(&documents, CrdRules::generated()), Vec::<String>::new());
+    api
+}
+
+#[test]
+fn a_url_client_config_is_not_served_and_fails_under_its_policy() {
+    let tenant = users::tenant("tenant-a");
+    let error = with_url_webhook("Fail").create_claim(held_claim("tenant-a", "small", "h100", 1), &tenant).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Internal error occurred: failed calling webhook \"elsewhere.example.com\": failed to call webhook: Post \
+         \"https://example.com/check?timeout=10s\": the twin calls webhooks through a Service only: clientConfig.url \
+         is not served"
+    );
+    with_url_webhook("Ignore").create_claim(held_claim("tenant-a", "small", "h100", 1), &tenant).unwrap();
+}
+
+#[test]
+fn a_patch_that_cannot_be_applied_is_an_internal_error_whatever_the_policy() {
+    let mut api = answering(|uid| {
+        let patch = json!([{"op": "remove", "path": "/metadata/nothing"}]);
+        let patch = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
+        let response = json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch});
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+    });
+    let error = api.create_pod(launcher("tenant-a", "vm-1", ATTACHMENTS), &users::kubevirt_controller()).unwrap_err();
+    assert!(error.to_string().starts_with("Internal error occurred: "), "{error}");
+    assert!(error.to_string().contains("/metadata/nothing"), "{error}");
+    assert_eq!((error.reason(), error.code()), ("InternalError", 500));
+}
+
+#[test]
+fn a_validating_webhook_may_not_patch() {
+    let mut api = answering(|uid| {
+        let patch = base64::engine::general_purpose::STANDARD.encode("[]");
+        let response = json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch});
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+    });
+    let error = api.create_claim(held_claim("tenant-a", "small", "h100", 1), &users::tenant("tenant-a")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Internal error occurred: failed calling webhook \"order.gpu.cozystack.io\": received invalid webhook \
+         response: validating webhook may not return response.patch"
+    );
+}
