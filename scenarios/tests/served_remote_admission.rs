@@ -42,15 +42,21 @@ fn write(
     name: Option<&str>,
     body: Value,
 ) -> (u16, Value) {
-    let group = if plural == "gpuclaims" { "gpu.cozystack.io" } else { "admissionregistration.k8s.io" };
-    let version = if plural == "gpuclaims" { "v1alpha1" } else { "v1" };
+    let (group, version) = match plural {
+        "gpuclaims" => ("gpu.cozystack.io", "v1alpha1"),
+        "namespaces" => ("", "v1"),
+        _ => ("admissionregistration.k8s.io", "v1"),
+    };
     let request = WriteRequest {
         verb,
         resource: resources::find(group, version, plural).unwrap(),
         namespace: namespace.map(str::to_owned),
         name: name.map(str::to_owned),
         subresource: None,
-        content_type: "application/json".to_owned(),
+        content_type: match verb {
+            Verb::Patch => "application/merge-patch+json".to_owned(),
+            _ => "application/json".to_owned(),
+        },
         body: serde_json::to_vec(&body).unwrap(),
         user: users::platform_admin(),
         dry_run: false,
@@ -131,4 +137,49 @@ fn a_configuration_that_cannot_apply_is_reported_and_left_out() {
         ["MutatingWebhookConfiguration \"old\": webhook old.example.com: admissionReviewVersions [\"v1beta1\"] lists \
           no version the twin sends (v1)"]
     );
+}
+
+fn claim_in(namespace: &str, class: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "gpu.cozystack.io/v1alpha1", "kind": "GPUClaim",
+        "metadata": {"name": name, "namespace": namespace}, "spec": {"className": class, "count": 1},
+    })
+}
+
+#[test]
+fn a_namespace_selector_reads_the_namespaces_labels_as_clients_wrote_them() {
+    let mut world = world();
+    world.serve(1_000);
+    let called = Arc::new(Mutex::new(Vec::new()));
+    world.go_remote_admission(Box::new(Refusing(Arc::clone(&called))));
+    let class = world.api.store().classes().next().unwrap().name.clone();
+    let labelled =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": {"team": "a"}}});
+    assert_eq!(write(&mut world, Verb::Create, "namespaces", None, None, labelled).0, 201);
+    let plain = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}});
+    assert_eq!(write(&mut world, Verb::Create, "namespaces", None, None, plain).0, 201);
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "team-a-orders"},
+        "webhooks": [{
+            "name": "team-a.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"service": {"name": "orders", "namespace": "default", "path": "/orders"}},
+            "namespaceSelector": {"matchLabels": {"team": "a"}},
+            "rules": [{"apiGroups": ["gpu.cozystack.io"], "apiVersions": ["*"], "operations": ["CREATE"],
+                       "resources": ["gpuclaims"]}],
+        }],
+    });
+    assert_eq!(write(&mut world, Verb::Create, "validatingwebhookconfigurations", None, None, configuration).0, 201);
+
+    let (code, _) = write(&mut world, Verb::Create, "gpuclaims", Some("team-b"), None, claim_in("team-b", &class, "x"));
+    assert_eq!(code, 201, "team-b is not selected");
+    let (code, _) = write(&mut world, Verb::Create, "gpuclaims", Some("team-a"), None, claim_in("team-a", &class, "x"));
+    assert_eq!(code, 403, "team-a is selected");
+    assert_eq!(called.lock().unwrap().len(), 1);
+
+    let unlabel = json!({"metadata": {"labels": {"team": null}}});
+    assert_eq!(write(&mut world, Verb::Patch, "namespaces", None, Some("team-a"), unlabel).0, 200);
+    let (code, _) = write(&mut world, Verb::Create, "gpuclaims", Some("team-a"), None, claim_in("team-a", &class, "y"));
+    assert_eq!(code, 201, "the label is gone: team-a is no longer selected");
+    assert_eq!(called.lock().unwrap().len(), 1);
 }
