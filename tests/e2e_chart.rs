@@ -132,7 +132,8 @@ impl Twin {
 
     /// `kubectl apply -f -` of `documents`.
     fn apply(&self, documents: &str) {
-        let mut child = self.kubectl(&["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        let mut child =
+            self.kubectl(&["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
         child.stdin.take().unwrap().write_all(documents.as_bytes()).unwrap();
         let output = child.wait_with_output().unwrap();
         assert!(output.status.success(), "apply: {}", String::from_utf8_lossy(&output.stderr));
@@ -229,7 +230,8 @@ fn a_verb_removed_from_the_cluster_role_fails_the_story_that_needs_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // The controller pins and ungates a launcher by patching it: without `patch` on pods, it cannot.
     let chart = rendered_chart(&helm);
-    let rule = "  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: [\"get\", \"list\", \"watch\", \"patch\"]\n";
+    let rule =
+        "  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: [\"get\", \"list\", \"watch\", \"patch\"]\n";
     assert!(chart.contains(rule), "the chart's ClusterRole lets the controller patch pods");
     let without = chart.replace(rule, &rule.replace(", \"patch\"]", "]"));
     let story = &STORIES[1];

@@ -30,6 +30,7 @@ pub mod reviews;
 pub mod route;
 pub mod shared;
 pub mod watch_stream;
+pub mod webhook_client;
 pub mod world_thread;
 
 use std::future::Future;
@@ -287,7 +288,10 @@ pub async fn run(
     let _replicas = kubelet.clone().map(AbortOnDrop);
     if let (true, Some(kubelet)) = (config.outside_controller, &kubelet) {
         let restart = scaled(Duration::from_millis(DeploymentSpec::default().restart_after.0), config.speed);
-        world.attach(Box::new(outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart)));
+        let host = outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart);
+        let webhooks = webhook_client::HttpsWebhooks::new(Arc::new(kubelet.endpoints()))
+            .map_err(|error| ServeError::Replicas(format!("cannot call the webhooks: {error}")))?;
+        world.attach(Box::new(host), Box::new(webhooks));
     }
     ready(&Ready { address, kubeconfig: config.kubeconfig_out.clone(), kubelet: kubelet.clone() });
     let world_failed = async {

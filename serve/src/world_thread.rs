@@ -19,6 +19,7 @@ use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::served::store::Snapshot;
 use gpuclaim_sim::served::writes::{Answer, WriteRequest};
+use gpuclaim_sim::apiserver::admission::remote::WebhookTransport;
 use gpuclaim_sim::world::{HostAction, Stats, World};
 
 use crate::pacer::{Pacer, Speed};
@@ -79,8 +80,9 @@ pub enum Command {
     Stop,
     /// A client's write, answered on the channel once applied and rendered.
     Write(Box<WriteRequest>, tokio::sync::oneshot::Sender<Answer>),
-    /// The host of the outside controller, attached once it can run (after the server listens).
-    Attach(Box<dyn Host>),
+    /// The host of the outside controller and the webhooks' transport, attached once they can run (after the
+    /// server listens): from then on the API server calls the stored webhook configurations.
+    Attach(Box<dyn Host>, Box<dyn WebhookTransport>),
 }
 
 /// Writes waiting for the world at most; a write beyond is answered 429 (the API server's max-in-flight limit).
@@ -138,9 +140,9 @@ impl WorldHandle {
         Writes(self.commands.clone())
     }
 
-    /// Attaches the outside controller's host.
-    pub fn attach(&self, host: Box<dyn Host>) {
-        let _ = self.commands.send(Command::Attach(host));
+    /// Attaches the outside controller's host, and the transport the API server calls the webhooks through.
+    pub fn attach(&self, host: Box<dyn Host>, webhooks: Box<dyn WebhookTransport>) {
+        let _ = self.commands.send(Command::Attach(host, webhooks));
     }
 
     /// The judged run's report, once (it arrives when the run ends).
@@ -232,7 +234,10 @@ fn run(
             match commands.try_recv() {
                 Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
                 Ok(Command::Write(request, reply)) => context.write(&request, reply)?,
-                Ok(Command::Attach(attached)) => host = Some(attached),
+                Ok(Command::Attach(attached, webhooks)) => {
+                    context.world.go_remote_admission(webhooks);
+                    host = Some(attached);
+                }
                 Err(TryRecvError::Empty) => break,
             }
         }
@@ -270,7 +275,10 @@ fn run(
         match commands.recv_timeout(wait) {
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
             Ok(Command::Write(request, reply)) => context.write(&request, reply)?,
-            Ok(Command::Attach(attached)) => host = Some(attached),
+            Ok(Command::Attach(attached, webhooks)) => {
+                context.world.go_remote_admission(webhooks);
+                host = Some(attached);
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
     }

@@ -380,7 +380,7 @@ fn an_invalid_claim_names_its_kind_with_one_cause() {
 fn admission_refusals_are_worded_as_the_api_server_words_them() {
     let denied = ApiError::Admission(AdmissionError::Denied {
         name: "pods.gpu.cozystack.io".into(),
-        reason: "Forbidden",
+        reason: "Forbidden".into(),
         code: 403,
         message: "no".into(),
     });

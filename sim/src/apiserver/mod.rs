@@ -69,7 +69,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// The HTTP status reason a client sees (`metav1.StatusReason`).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::NotFound { .. } => "NotFound",

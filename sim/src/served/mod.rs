@@ -18,6 +18,7 @@
 //! structural schema, its unknown fields found and pruned ([`validate`]); who may do what, Kubernetes' RBAC over the
 //! stored roles and bindings ([`rbac`]); the protobuf bodies of the reviews kubectl sends ([`protobuf`]).
 
+pub mod admission;
 pub mod crds;
 pub mod discovery;
 pub mod go;
@@ -211,6 +212,7 @@ impl World {
         }
         let mut snapshot = shared.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.sync_vms([], &mut snapshot);
+        self.sync_admission(&snapshot, true);
         drop(snapshot);
         shared
     }
@@ -258,6 +260,8 @@ impl World {
         let vmis: Vec<_> = vmis.collect();
         self.sync_vms(vmis, &mut snapshot);
         snapshot.advance(self.api.revision());
+        let namespaces_changed = journal.iter().any(|(key, _)| key.kind == Kind::Namespace);
+        self.sync_admission(&snapshot, namespaces_changed);
         journal
     }
 }

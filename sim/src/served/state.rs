@@ -25,6 +25,10 @@ pub struct ServedApi {
     pub(crate) events_kept: VecDeque<(String, String)>,
     /// What each VM's last render read of KubeVirt's state.
     pub(crate) vm_status_seen: BTreeMap<(Name, Name), VmStatusKey>,
+    /// Remote admission: the snapshot's head when its configuration was last read (`None`: never).
+    pub(crate) admission_seen: Option<u64>,
+    /// What that read could not apply (see [`crate::world::World::admission_problems`]).
+    pub(crate) admission_problems: Vec<String>,
 }
 
 impl ServedApi {
@@ -35,6 +39,8 @@ impl ServedApi {
             vm_manifests: BTreeMap::new(),
             vm_status_seen: BTreeMap::new(),
             events_kept: VecDeque::new(),
+            admission_seen: None,
+            admission_problems: Vec::new(),
         }
     }
 

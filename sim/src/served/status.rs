@@ -206,7 +206,10 @@ fn from_admission_error(refused: &AdmissionError, error: &ApiError, resource: &R
             status(code, reason, &message, Some(details))
         }
         // `apierrors.NewInternalError` around the call's failure.
-        AdmissionError::Condition { .. } | AdmissionError::Unavailable { .. } => {
+        AdmissionError::Condition { .. }
+        | AdmissionError::Unavailable { .. }
+        | AdmissionError::Failed { .. }
+        | AdmissionError::Internal(_) => {
             let inner = text.strip_prefix(INTERNAL_ERROR).unwrap_or(&text);
             let message = format!("{INTERNAL_ERROR}{inner}");
             let details =

@@ -96,7 +96,39 @@ pub fn pod_registration_gating_targets() -> Registration {
     Registration::new("pod", Webhook::Pod, spec).expect("the chart's file compiles")
 }
 
+/// The ValidatingAdmissionPolicies among `documents`, each with the first binding that names it (in the documents'
+/// order), compiled one by one: a policy that cannot be read, compiled or bound is its own error.
+pub fn policies_of(documents: &[Value]) -> Vec<Result<Policy, ConfigError>> {
+    let bindings: Vec<Result<ValidatingAdmissionPolicyBinding, ConfigError>> =
+        of_kind(documents, "ValidatingAdmissionPolicyBinding")
+            .map(|b| json("a ValidatingAdmissionPolicyBinding", b))
+            .collect();
+    let mut policies = Vec::new();
+    if let Some(Err(unreadable)) = bindings.iter().find(|b| b.is_err()) {
+        policies.push(Err(unreadable.clone()));
+    }
+    let bindings: Vec<&ValidatingAdmissionPolicyBinding> = bindings.iter().filter_map(|b| b.as_ref().ok()).collect();
+    for document in of_kind(documents, "ValidatingAdmissionPolicy") {
+        policies.push(json("a ValidatingAdmissionPolicy", document).and_then(|policy: ValidatingAdmissionPolicy| {
+            let name = policy.metadata.name.clone().unwrap_or_default();
+            let binding = bindings
+                .iter()
+                .find(|b| b.spec.as_ref().and_then(|s| s.policy_name.as_deref()) == Some(name.as_str()))
+                .ok_or_else(|| ConfigError::Unbound(name.clone()))?;
+            let binding_name = binding.metadata.name.clone().unwrap_or_default();
+            let spec = policy.spec.unwrap_or_default();
+            Ok(Policy::new(&name, &spec, &binding_name, binding.spec.as_ref().expect("found by its spec"))?)
+        }));
+    }
+    policies
+}
+
 impl AdmissionConfig {
+    /// No webhook and no policy: a cluster where nothing of the chart is applied yet.
+    pub fn empty() -> AdmissionConfig {
+        AdmissionConfig { registrations: Vec::new(), policies: Vec::new() }
+    }
+
     /// The configuration that ships: the chart's files, compiled in, bound as the chart binds them.
     pub fn shipped(controller_namespace: &str) -> Result<AdmissionConfig, ConfigError> {
         let registrations = WEBHOOK_FILES
@@ -133,21 +165,7 @@ impl AdmissionConfig {
             let spec: RegistrationSpec = json(&format!("webhook {name}"), entry)?;
             registrations.push(Registration::new(stem, webhook, spec)?);
         }
-        let bindings: Vec<ValidatingAdmissionPolicyBinding> = of_kind(documents, "ValidatingAdmissionPolicyBinding")
-            .map(|b| json("a ValidatingAdmissionPolicyBinding", b))
-            .collect::<Result<_, _>>()?;
-        let mut policies = Vec::new();
-        for document in of_kind(documents, "ValidatingAdmissionPolicy") {
-            let policy: ValidatingAdmissionPolicy = json("a ValidatingAdmissionPolicy", document)?;
-            let name = policy.metadata.name.clone().unwrap_or_default();
-            let binding = bindings
-                .iter()
-                .find(|b| b.spec.as_ref().and_then(|s| s.policy_name.as_deref()) == Some(name.as_str()))
-                .ok_or_else(|| ConfigError::Unbound(name.clone()))?;
-            let binding_name = binding.metadata.name.clone().unwrap_or_default();
-            let spec = policy.spec.unwrap_or_default();
-            policies.push(Policy::new(&name, &spec, &binding_name, binding.spec.as_ref().expect("found by its spec"))?);
-        }
+        let policies = policies_of(documents).into_iter().collect::<Result<_, _>>()?;
         Ok(AdmissionConfig { registrations, policies })
     }
 

@@ -4,6 +4,10 @@
 //! 2. the CRDs' validation rules ([`crd`]), on a custom resource's changed values;
 //! 3. validating admission: the chart's ValidatingAdmissionPolicies ([`policy`]), then the order webhook.
 //!
+//! In remote mode ([`Admission::go_remote`], the served twin with the real controller) the webhooks are the ones the
+//! stored webhook configurations register, called through a transport ([`remote`]), and the policies and the CRDs'
+//! rules are the stored ones ([`Admission::configure_remote`]); until a configuration is stored, none applies.
+//!
 //! Webhooks fail closed (`failurePolicy: Fail`): with no ready replica behind the webhook's Service, a write one
 //! selects is refused with the API server's "no endpoints" error. Every write names its user ([`request::User`]):
 //! the policies trust the controller, KubeVirt, platform administrators and Kubernetes' own controllers, and judge
@@ -14,8 +18,10 @@ pub mod chart;
 pub mod crd;
 pub mod policy;
 pub mod registration;
+pub mod remote;
 pub mod request;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,6 +35,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use chart::AdmissionConfig;
 use crd::{CrdRules, RuleBroken};
 use policy::{Denial, Prefilter, Remembered};
+use remote::{Remote, WebhookTransport};
 use request::{Operation, Request, Served};
 
 use super::objects::judged::Judged;
@@ -41,8 +48,8 @@ pub const WEBHOOK_SERVICE: &str = "gpuclaim-webhook";
 pub enum AdmissionError {
     /// The webhook answered and denied: its registration's name, the reason, the HTTP code its answer carries and
     /// the message.
-    #[error("admission webhook {name:?} denied the request: {message}")]
-    Denied { name: String, reason: &'static str, code: u16, message: String },
+    #[error("admission webhook {name:?} denied the request{}", denied_text(message))]
+    Denied { name: String, reason: Cow<'static, str>, code: u16, message: String },
     /// A ValidatingAdmissionPolicy of the chart refused the write.
     #[error("{0}")]
     Policy(Denial),
@@ -55,11 +62,27 @@ pub enum AdmissionError {
         webhook.path()
     )]
     Unavailable { name: String, webhook: Webhook, namespace: String },
+    /// A stored webhook could not be called, or answered what the API server cannot use, and fails closed: the
+    /// reason is the API server's (`failed to call webhook: Post "URL": MESSAGE`, `received invalid webhook
+    /// response: ...`).
+    #[error("Internal error occurred: failed calling webhook {name:?}: {reason}")]
+    Failed { name: String, reason: String },
+    /// The API server could not apply a webhook's answer (its patch, or the patched object read back).
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
+}
+
+/// After "denied the request": the message, or the words the API server uses when there is none.
+fn denied_text(message: &str) -> String {
+    match message {
+        "" => " without explanation".to_owned(),
+        message => format!(": {message}"),
+    }
 }
 
 impl AdmissionError {
     /// The reason a client reads: the refusal's own for a denial, `InternalError` for an outage.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             AdmissionError::Denied { reason, .. } => reason,
             AdmissionError::Policy(denial) => match denial.reason.as_str() {
@@ -68,7 +91,10 @@ impl AdmissionError {
                 "RequestEntityTooLarge" => "RequestEntityTooLarge",
                 _ => "Invalid",
             },
-            AdmissionError::Condition { .. } | AdmissionError::Unavailable { .. } => "InternalError",
+            AdmissionError::Condition { .. }
+            | AdmissionError::Unavailable { .. }
+            | AdmissionError::Failed { .. }
+            | AdmissionError::Internal(_) => "InternalError",
         }
     }
 
@@ -84,7 +110,10 @@ impl AdmissionError {
                 "RequestEntityTooLarge" => 413,
                 _ => 422,
             },
-            AdmissionError::Condition { .. } | AdmissionError::Unavailable { .. } => 500,
+            AdmissionError::Condition { .. }
+            | AdmissionError::Unavailable { .. }
+            | AdmissionError::Failed { .. }
+            | AdmissionError::Internal(_) => 500,
         }
     }
 }
@@ -117,6 +146,8 @@ pub struct Admission {
     /// The same, as the policies' `params` reads it.
     params: Option<kube_cel::cel::Value>,
     remembered: Remembered,
+    /// Remote mode: the stored webhooks and the transport that calls them (`None`: the in-process chain).
+    remote: Option<Box<Remote>>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -126,6 +157,7 @@ impl std::fmt::Debug for Admission {
             .field("namespace", &self.namespace)
             .field("variant", &self.variant)
             .field("settings", &self.settings)
+            .field("remote", &self.remote)
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +189,7 @@ impl Default for Admission {
             settings: None,
             params: None,
             remembered: Remembered::default(),
+            remote: None,
         }
     }
 }
@@ -175,6 +208,47 @@ impl Admission {
                 namespace: self.namespace.clone(),
             }),
             false => Ok(false),
+        }
+    }
+
+    /// Switches to remote mode: from now on the webhooks called are the ones [`Admission::configure_remote`] reads
+    /// from the stored configurations, through `transport`, and the policies are the stored ones. Until then none
+    /// applies (a fresh cluster's); the CRDs' rules stay the generated ones until the stored CRDs are read.
+    pub fn go_remote(&mut self, transport: Box<dyn WebhookTransport>) {
+        self.remote = Some(Box::new(Remote::new(transport)));
+        self.config = AdmissionConfig::empty();
+        self.remembered.forget();
+    }
+
+    /// Whether the webhooks are called through a transport ([`Admission::go_remote`]).
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// Remote mode: the configuration in force, from the stored objects `documents` (webhook configurations,
+    /// ValidatingAdmissionPolicies and their bindings) and the stored CRDs' rules. What cannot be compiled is left
+    /// out (the API server would have refused to store it) and returned, one line each. Nothing in in-process mode.
+    pub fn configure_remote(&mut self, documents: &[serde_json::Value], crds: CrdRules) -> Vec<String> {
+        let Some(remote) = &mut self.remote else { return Vec::new() };
+        let (hooks, mut problems) = remote::Hooks::of(documents);
+        remote.hooks = hooks;
+        let mut policies = Vec::new();
+        for policy in chart::policies_of(documents) {
+            match policy {
+                Ok(policy) => policies.push(policy),
+                Err(error) => problems.push(error.to_string()),
+            }
+        }
+        self.config = AdmissionConfig { registrations: Vec::new(), policies };
+        self.crds = crds;
+        self.remembered.forget();
+        problems
+    }
+
+    /// Remote mode: each namespace's labels as served, which the webhooks' `namespaceSelector`s read.
+    pub fn set_namespace_labels(&mut self, namespaces: BTreeMap<String, BTreeMap<String, String>>) {
+        if let Some(remote) = &mut self.remote {
+            remote.set_namespaces(namespaces);
         }
     }
 
@@ -236,6 +310,9 @@ impl Admission {
     /// it. `request` carries no objects here; a write that needs none is judged by [`Admission::validate`] without
     /// making them.
     pub fn needs_objects(&mut self, request: &Request<'_>) -> Result<bool, AdmissionError> {
+        if self.remote.as_ref().is_some_and(|remote| remote.validating_rules_select(request)) {
+            return Ok(true);
+        }
         if !self.guarded() {
             return Ok(false);
         }
@@ -252,17 +329,22 @@ impl Admission {
         Ok(needs)
     }
 
-    /// The validating policies, on `request` with its objects.
+    /// The validating policies, on `request` with its objects; in remote mode the validating webhooks after them.
     pub fn validate(&mut self, request: &Request<'_>) -> Result<(), AdmissionError> {
         if !self.needs_objects(request)? {
             return Ok(());
         }
-        for (index, policy) in self.config.policies.iter().enumerate() {
-            policy
-                .admit(index, request, self.params.as_ref(), &self.functions, &mut self.remembered)
-                .map_err(AdmissionError::Policy)?;
+        if self.guarded() {
+            for (index, policy) in self.config.policies.iter().enumerate() {
+                policy
+                    .admit(index, request, self.params.as_ref(), &self.functions, &mut self.remembered)
+                    .map_err(AdmissionError::Policy)?;
+            }
         }
-        Ok(())
+        match &mut self.remote {
+            Some(remote) => remote.validate(request, &self.functions),
+            None => Ok(()),
+        }
     }
 
     /// The CRDs' rules on a custom resource whose ruled values (a claim's spec) `request` changes.
@@ -278,8 +360,9 @@ impl Admission {
         self.crds.validate(request.resource.resource, &object.json(), old.as_ref())
     }
 
-    /// The VMI webhook, where its registration selects the VMI `user` creates; its patch is applied to `vmi`.
-    pub fn admit_vmi(&self, view: &View, user: &request::User, vmi: &mut Vmi) -> Result<(), AdmissionError> {
+    /// The VMI webhook, where its registration selects the VMI `user` creates; its patch is applied to `vmi`. In
+    /// remote mode, the stored mutating webhooks, their patches read back into `vmi`.
+    pub fn admit_vmi(&mut self, view: &View, user: &request::User, vmi: &mut Vmi) -> Result<(), AdmissionError> {
         let request = Request {
             operation: Operation::Create,
             resource: request::VMIS,
@@ -290,6 +373,13 @@ impl Admission {
             object: Some(&Judged::compact(&*vmi) as &dyn Served),
             old_object: None,
         };
+        if let Some(remote) = &mut self.remote {
+            let rendered = Judged::compact(&*vmi).json();
+            let Some(patched) = remote.mutate(&request, rendered, &self.functions)? else { return Ok(()) };
+            let read = gpuclaim_engine::convert::vmi_from_json(&patched, &vmi.namespace);
+            *vmi = read.map_err(|e| read_back("VirtualMachineInstance", &e))?;
+            return Ok(());
+        }
         let Some(registration) = self.called(Webhook::Vmi, &request)? else { return Ok(()) };
         let name = registration.name.clone();
         let patch = rules::admit_vmi_with(view, vmi, &self.variant).map_err(|refusal| denied(name, &refusal))?;
@@ -297,7 +387,8 @@ impl Admission {
         Ok(())
     }
 
-    /// The pod webhook, where its registration selects `pod`; its patch is applied to `pod`.
+    /// The pod webhook, where its registration selects `pod`; its patch is applied to `pod`. In remote mode, the
+    /// stored mutating webhooks, their patches read back into `pod`.
     pub fn mutate_pod(&mut self, view: &View, user: &request::User, pod: &mut Pod) -> Result<(), AdmissionError> {
         let head = Request {
             operation: Operation::Create,
@@ -309,6 +400,13 @@ impl Admission {
             object: Some(&Judged::compact(&*pod) as &dyn Served),
             old_object: None,
         };
+        if let Some(remote) = &mut self.remote {
+            let rendered = Judged::compact(&*pod).json();
+            let Some(patched) = remote.mutate(&head, rendered, &self.functions)? else { return Ok(()) };
+            let read = gpuclaim_engine::convert::pod_from_json(&patched, &pod.namespace);
+            *pod = read.map_err(|e| read_back("Pod", &e))?;
+            return Ok(());
+        }
         let Some(registration) = self.called(Webhook::Pod, &head)? else { return Ok(()) };
         let name = registration.name.clone();
         let calls = if self.reinvoke_pod_webhook { 2 } else { 1 };
@@ -347,8 +445,12 @@ impl Admission {
         PodPatch { add_gate, add_tolerations: Vec::new() }.apply(pod);
     }
 
-    /// The order webhook, where its registration selects `request` (a claim's CREATE or UPDATE), on `order`.
+    /// The order webhook, where its registration selects `request` (a claim's CREATE or UPDATE), on `order`. In
+    /// remote mode nothing: the stored validating webhooks were called by [`Admission::validate`].
     pub fn validate_order(&self, view: &View, request: &Request<'_>, order: Order<'_>) -> Result<(), AdmissionError> {
+        if self.remote.is_some() {
+            return Ok(());
+        }
         let Some(registration) = self.called(Webhook::Order, request)? else { return Ok(()) };
         rules::validate_order(view, order, &request.user.username)
             .map_err(|refusal| denied(registration.name.clone(), &refusal))
@@ -356,7 +458,14 @@ impl Admission {
 }
 
 fn denied(name: String, refusal: &impl Refusal) -> AdmissionError {
-    AdmissionError::Denied { name, reason: refusal.reason(), code: refusal.code(), message: refusal.to_string() }
+    let reason = Cow::Borrowed(refusal.reason());
+    AdmissionError::Denied { name, reason, code: refusal.code(), message: refusal.to_string() }
+}
+
+/// A patched object the compact types cannot hold: the API server's internal error (a webhook's patch that makes the
+/// object undecodable).
+fn read_back(kind: &str, error: &gpuclaim_engine::convert::ConvertError) -> AdmissionError {
+    AdmissionError::Internal(format!("the patched {kind} cannot be read: {}: {}", error.field, error.reason))
 }
 
 #[cfg(test)]

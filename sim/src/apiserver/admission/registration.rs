@@ -30,6 +30,7 @@ pub enum RegistrationError {
 pub struct RegistrationSpec {
     #[serde(default)]
     pub failure_policy: Option<String>,
+    #[serde(default)]
     pub rules: Vec<RuleWithOperations>,
     #[serde(default)]
     pub object_selector: Option<LabelSelector>,
@@ -45,6 +46,12 @@ pub struct Registration {
     pub webhook: Webhook,
     /// `failurePolicy: Fail` (the default): a call that cannot be made refuses the request.
     pub fail_closed: bool,
+    matcher: Matcher,
+}
+
+/// What a registration is called for, compiled: its rules, its `objectSelector` and its `matchConditions` (the
+/// in-process registrations and the ones read from stored configurations share it).
+pub struct Matcher {
     rules: Vec<RuleWithOperations>,
     selector: Option<Selector>,
     conditions: Vec<Expression>,
@@ -60,39 +67,60 @@ impl Registration {
     /// The registration `name` (`order-update`, its configuration name without our group) of `webhook`.
     pub fn new(name: &str, webhook: Webhook, spec: RegistrationSpec) -> Result<Registration, RegistrationError> {
         let full = format!("{name}.{}", gpuclaim_engine::keys::GROUP);
-        let name = || full.clone();
-        let selector = spec
-            .object_selector
-            .map(Selector::try_from)
-            .transpose()
-            .map_err(|e| RegistrationError::Invalid { webhook: name(), reason: format!("objectSelector: {e}") })?;
-        let conditions = spec
-            .match_conditions
-            .iter()
-            .map(|c| Expression::compile(&c.expression))
-            .collect::<Result<_, _>>()
-            .map_err(|source| RegistrationError::Compile { webhook: name(), source })?;
-        let fail_closed = match spec.failure_policy.as_deref() {
-            None | Some("Fail") => true,
-            Some("Ignore") => false,
-            Some(other) => {
-                return Err(RegistrationError::Invalid {
-                    webhook: name(),
-                    reason: format!("failurePolicy {other:?} is neither Fail nor Ignore"),
-                });
-            }
-        };
-        Ok(Registration { name: full, webhook, fail_closed, rules: spec.rules, selector, conditions })
+        let fail_closed = fail_closed(&full, spec.failure_policy.as_deref())?;
+        let matcher = Matcher::compile(&full, spec)?;
+        Ok(Registration { name: full, webhook, fail_closed, matcher })
     }
 
     /// Whether the API server calls the webhook for `request`; `Err` is a condition that failed to evaluate (the
     /// request is then refused, as `failurePolicy: Fail` has it).
     pub fn calls(&self, request: &Request<'_>, functions: &Context<'_>) -> Result<bool, String> {
-        let ruled = self.rules.iter().any(|rule| {
+        self.matcher.calls(request, functions)
+    }
+}
+
+/// Whether `failurePolicy` (of the webhook `name`) fails closed: `Fail` (the default) does, `Ignore` does not.
+pub fn fail_closed(name: &str, failure_policy: Option<&str>) -> Result<bool, RegistrationError> {
+    match failure_policy {
+        None | Some("Fail") => Ok(true),
+        Some("Ignore") => Ok(false),
+        Some(other) => Err(RegistrationError::Invalid {
+            webhook: name.to_owned(),
+            reason: format!("failurePolicy {other:?} is neither Fail nor Ignore"),
+        }),
+    }
+}
+
+impl Matcher {
+    /// Compiles what `spec` (of the webhook `name`) says the webhook is called for.
+    pub fn compile(name: &str, spec: RegistrationSpec) -> Result<Matcher, RegistrationError> {
+        let webhook = || name.to_owned();
+        let selector = spec
+            .object_selector
+            .map(Selector::try_from)
+            .transpose()
+            .map_err(|e| RegistrationError::Invalid { webhook: webhook(), reason: format!("objectSelector: {e}") })?;
+        let conditions = spec
+            .match_conditions
+            .iter()
+            .map(|c| Expression::compile(&c.expression))
+            .collect::<Result<_, _>>()
+            .map_err(|source| RegistrationError::Compile { webhook: webhook(), source })?;
+        Ok(Matcher { rules: spec.rules, selector, conditions })
+    }
+
+    /// Whether the rules alone select `request` (its operation, resource and subresource): what can be told before
+    /// the objects are made.
+    pub fn rules_select(&self, request: &Request<'_>) -> bool {
+        self.rules.iter().any(|rule| {
             let RuleWithOperations { api_groups, api_versions, operations, resources, scope } = rule;
             Rule { api_groups, api_versions, operations, resources, scope }.selects(request)
-        });
-        if !ruled {
+        })
+    }
+
+    /// Whether the API server calls the webhook for `request`; `Err` is a condition that failed to evaluate.
+    pub fn calls(&self, request: &Request<'_>, functions: &Context<'_>) -> Result<bool, String> {
+        if !self.rules_select(request) {
             return Ok(false);
         }
         if let Some(selector) = &self.selector {

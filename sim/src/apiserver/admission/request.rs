@@ -99,6 +99,7 @@ pub trait Served {
 }
 
 /// One write on its way through admission.
+#[derive(Clone, Copy)]
 pub struct Request<'a> {
     pub operation: Operation,
     pub resource: Resource,

@@ -1,8 +1,9 @@
 //! Writes of the kinds the twin does not model (ConfigMaps, Secrets, Deployments, RBAC, webhook configurations,
 //! CRDs, ...): the served snapshot is their store, and the API server's own rules are all that apply to them:
-//! names, preconditions, system fields, finalizers. Nothing in the world reads them yet (issue 40 makes the applied
-//! webhook configurations and policies the ones in force); the garbage collector does not follow their owner
-//! references (deleting an owner leaves its dependents, as `propagationPolicy: Orphan` would).
+//! names, preconditions, system fields, finalizers. In remote admission the stored webhook configurations, policies,
+//! bindings and CRDs are the ones in force ([`crate::served::admission`]); nothing else in the world reads them. The
+//! garbage collector does not follow their owner references (deleting an owner leaves its dependents, as
+//! `propagationPolicy: Orphan` would).
 
 use std::sync::Arc;
 
