@@ -185,7 +185,8 @@ fn start_kubelet(
         }
     };
     // The replicas run elsewhere than here: their paths (kubeconfig, certificates) must not be relative.
-    let logs = std::path::absolute(&logs).map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))?;
+    let logs =
+        std::path::absolute(&logs).map_err(|error| ServeError::Replicas(format!("{}: {error}", logs.display())))?;
     let credentials: Arc<dyn kubelet::Credentials> = match config.credentials {
         Some(credentials) => Arc::clone(credentials),
         None => Arc::clone(&shared.tokens) as Arc<dyn kubelet::Credentials>,

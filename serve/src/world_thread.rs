@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use gpuclaim_engine::variant::Variant;
 use gpuclaim_scenarios::check::{CheckedRun, Checker};
 use gpuclaim_scenarios::scenario::Scenario;
+use gpuclaim_sim::apiserver::admission::remote::WebhookTransport;
 use gpuclaim_sim::kernel::Millis;
 use gpuclaim_sim::log::EventLog;
 use gpuclaim_sim::served::store::Snapshot;
 use gpuclaim_sim::served::writes::{Answer, WriteRequest};
-use gpuclaim_sim::apiserver::admission::remote::WebhookTransport;
 use gpuclaim_sim::world::{HostAction, Stats, World};
 
 use crate::pacer::{Pacer, Speed};

@@ -157,11 +157,17 @@ impl World {
         answer
     }
 
-    /// A write of the outside GPU controller (its user, as the settings name it) that was refused counts as the
-    /// world's own controller's refused writes do (`WriteRefused:<reason>`), so a story judges both alike.
+    /// A write of the outside GPU controller (its user, as the settings name it) to the cluster's model that was
+    /// refused counts as the world's own controller's refused writes do (`WriteRefused:<reason>`), so a story judges
+    /// both alike. Not counted: its Lease and Events (the world's controller writes neither), and a delete of what is
+    /// already gone (404: what the delete wanted; the garbage collector may have been first).
     fn count_outside_refusal(&mut self, request: &WriteRequest, answer: &Answer) -> Result<(), WorldError> {
         let controller = self.api.store().settings.controller_user.as_deref();
         if !self.controller_outside() || answer.code < 400 || controller != Some(request.user.username.as_str()) {
+            return Ok(());
+        }
+        let modelled = matches!(request.resource.storage, Storage::Modelled(_));
+        if !modelled || (request.verb == Verb::Delete && answer.code == 404) {
             return Ok(());
         }
         let text = |field: &str| answer.body.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();

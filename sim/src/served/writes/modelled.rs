@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpuclaim_engine::api::{GPUClaim, GPUClass, GPUUsage};
+use gpuclaim_engine::controller::Action;
 use gpuclaim_engine::controller::runtime::ObjectKey;
 use gpuclaim_engine::convert;
 use gpuclaim_engine::keys;
@@ -212,11 +213,16 @@ impl World {
         creating: bool,
     ) -> Result<(), Refused> {
         let resource = request.resource;
-        if request.subresource.as_deref() == Some("status") {
-            let why = "a class's status is what the GPU controller publishes (its free units): no one else writes it";
-            return Err(not_modelled(resource, name, "status", why));
-        }
         let class = convert::class_from_kube(&typed::<GPUClass>(resource, object)?);
+        if request.subresource.as_deref() == Some("status") {
+            // What the GPU controller publishes, through the verb the twin's own controller uses (RBAC says who).
+            let stored = self.api.store().class(name).ok_or_else(|| status::not_found(resource, name))?;
+            let precondition = stored.resource_version.as_str().into();
+            let action = Action::PublishClass { class: name.to_owned(), precondition, published: class.published };
+            let now = self.time();
+            let refused = |error: ApiError| status::from_api_error(&error, resource, name);
+            return self.api.write(&action, now, &request.user).map(drop).map_err(refused);
+        }
         if creating && self.api.store().class(name).is_some() {
             return Err(status::already_exists(resource, name));
         }
