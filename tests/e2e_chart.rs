@@ -38,18 +38,20 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 struct Story {
     file: &'static str,
     speed: u32,
-    /// Whether the count of VMs started must equal the in-process run's: not for a story whose workload's starts
-    /// depend on how its arrivals fall against the controller's timing (07's burst: only a floor is promised).
-    same_starts: bool,
+    /// Whether the counts (VMs started, refusals of each reason) must equal the in-process run's: not for a story
+    /// whose random workload races the controller (07's burst, 08's orders: an arrival that falls within the HTTP
+    /// path's lag of a release is started, or refused, on the other side of it; their stories promise floors only).
+    /// Their refusals must still have the same reasons.
+    exact: bool,
 }
 
 const STORIES: [Story; 6] = [
-    Story { file: "02-start-backoff-avoidance.yaml", speed: 30, same_starts: true },
-    Story { file: "03-pin-and-ungate-in-one-update.yaml", speed: 20, same_starts: true },
-    Story { file: "07-controller-failover.yaml", speed: 10, same_starts: false },
-    Story { file: "08-budgets.yaml", speed: 30, same_starts: true },
-    Story { file: "12-template-claims-released.yaml", speed: 20, same_starts: true },
-    Story { file: "16-tenant-tampering.yaml", speed: 45, same_starts: true },
+    Story { file: "02-start-backoff-avoidance.yaml", speed: 30, exact: true },
+    Story { file: "03-pin-and-ungate-in-one-update.yaml", speed: 20, exact: true },
+    Story { file: "07-controller-failover.yaml", speed: 10, exact: false },
+    Story { file: "08-budgets.yaml", speed: 30, exact: false },
+    Story { file: "12-template-claims-released.yaml", speed: 20, exact: true },
+    Story { file: "16-tenant-tampering.yaml", speed: 45, exact: true },
 ];
 
 fn temp_dir(what: &str) -> PathBuf {
@@ -182,6 +184,22 @@ impl Drop for Twin {
     }
 }
 
+/// Refusals the HTTP path adds and the in-process run cannot have, by `<what>:<reason>`. The VMI webhook judges a
+/// VMI by its replica's cache, which learns of a claim one watch delivery after the API server stored it; the twin's
+/// in-process webhook reads the store itself. A tenant that orders a held claim and creates its VM at the same
+/// instant (story 08's workload) so sees the VMI refused as `ClaimMissing` until the cache has the claim, and
+/// KubeVirt retries it (the VM starts: the test holds the VMs started equal). docs/adapter.md, "End to end on the
+/// twin", states it.
+const LAG_RETRIES: [&str; 1] = ["FailedCreate:ClaimMissing"];
+
+fn without_lag_retries(refusals: &Value) -> Value {
+    let mut refusals = refusals.clone();
+    if let Some(map) = refusals.as_object_mut() {
+        map.retain(|key, _| !LAG_RETRIES.contains(&key.as_str()));
+    }
+    refusals
+}
+
 /// The story's in-process run: its outcome as the report states one.
 fn in_process(file: &str) -> Value {
     let scenario = parse_scenario(&std::fs::read_to_string(story_path(file)).unwrap()).unwrap();
@@ -214,10 +232,15 @@ fn suite_stories_run_end_to_end_with_the_chart_and_match_their_in_process_runs()
         assert_eq!(report["passed"], true, "{}: {failure} (run in {})", story.file, dir.display());
         assert_eq!(report["expectations"], expected["expectations"], "{}: {}", story.file, dir.display());
         assert_eq!(report["stop"], expected["stop"], "{}", story.file);
-        assert_eq!(report["refusals"], expected["refusals"], "{}: refusals (run in {})", story.file, dir.display());
+        let refusals = without_lag_retries(&report["refusals"]);
         assert_eq!(report["tenantWrites"], expected["tenantWrites"], "{}", story.file);
-        if story.same_starts {
+        if story.exact {
+            assert_eq!(refusals, expected["refusals"], "{}: refusals (run in {})", story.file, dir.display());
             assert_eq!(report["vmStarts"], expected["vmStarts"], "{}: VMs started", story.file);
+        } else {
+            let reasons = |refusals: &Value| refusals.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            let (seen, wanted) = (reasons(&refusals), reasons(&expected["refusals"]));
+            assert_eq!(seen, wanted, "{}: the reasons refused (run in {})", story.file, dir.display());
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -246,5 +269,96 @@ fn a_verb_removed_from_the_cluster_role_fails_the_story_that_needs_it() {
         .collect();
     let forbidden = "User \\\"system:serviceaccount:cozy-gpuclaim:gpuclaim\\\" cannot patch resource \\\"pods\\\"";
     assert!(logs.contains(forbidden), "the controller's log names the refusal");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The DER certificates of a PEM bundle.
+fn pem_certificates(pem: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let mut certificates = Vec::new();
+    let mut body = String::new();
+    for line in pem.lines().map(str::trim) {
+        match line {
+            "-----BEGIN CERTIFICATE-----" => body.clear(),
+            "-----END CERTIFICATE-----" => {
+                certificates.push(base64::engine::general_purpose::STANDARD.decode(&body).unwrap());
+            }
+            _ => body.push_str(line),
+        }
+    }
+    certificates
+}
+
+/// `GET /metrics` from a replica, as a scraper does through the chart's metrics Service name, with `token`:
+/// the HTTP status code.
+fn scrape(address: &str, ca: &[Vec<u8>], token: Option<&str>) -> u16 {
+    let mut config = kube::Config::new(format!("https://{address}:8443").parse().unwrap());
+    config.root_cert = Some(ca.to_vec());
+    config.tls_server_name = Some(format!("gpuclaim-metrics.{NAMESPACE}.svc"));
+    config.auth_info.token = token.map(|token| token.to_owned().into());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = kube::Client::try_from(config).unwrap();
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        match client.request_text(request).await {
+            Ok(text) => {
+                assert!(text.contains("gpuclaim_"), "the controller's metrics: {}", &text[..text.len().min(300)]);
+                200
+            }
+            Err(kube::Error::Api(status)) => status.code,
+            Err(error) => panic!("scraping {address}: {error}"),
+        }
+    })
+}
+
+#[test]
+fn the_metrics_answer_200_401_and_403_as_the_charts_rbac_says() {
+    let Some(kubectl) = kubectl::kubectl() else { return };
+    let Some(helm) = helm::helm() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let story = &STORIES[4];
+    let (report, dir) = end_to_end(&kubectl, &rendered_chart(&helm), story, |twin| {
+        // A Prometheus service account bound to the chart's metrics-reader role, and one bound to nothing.
+        // (Applied from YAML: kubectl's `create serviceaccount` sends protobuf, which the twin does not read.)
+        twin.apply(&format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: prometheus, namespace: {NAMESPACE}}}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: stranger, namespace: {NAMESPACE}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {{name: prometheus-gpuclaim-metrics}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gpuclaim-metrics-reader}}\n\
+             subjects: [{{kind: ServiceAccount, name: prometheus, namespace: {NAMESPACE}}}]\n"
+        ));
+        let token = |account: &str| twin.ok(&["create", "token", account, "-n", NAMESPACE]).trim().to_owned();
+        let (prometheus, stranger) = (token("prometheus"), token("stranger"));
+        let ca =
+            twin.ok(&["get", "secret", "gpuclaim-serving-cert", "-n", NAMESPACE, "-o", "jsonpath={.data.ca\\.crt}"]);
+        let ca = {
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(ca.trim()).unwrap()).unwrap()
+        };
+        let ca = pem_certificates(&ca);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let replicas = loop {
+            let replicas = twin.replicas.lock().unwrap().clone();
+            if replicas.len() == 2 {
+                break replicas;
+            }
+            assert!(Instant::now() < deadline, "the twin names its replicas; {}", twin.diagnosis());
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        for (name, address) in &replicas {
+            // A replica answers once its metrics server is up (it starts with the process).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while std::net::TcpStream::connect((address.as_str(), 8443)).is_err() {
+                assert!(Instant::now() < deadline, "{name} serves its metrics; {}", twin.diagnosis());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert_eq!(scrape(address, &ca, Some(&prometheus)), 200, "{name}: the metrics reader scrapes");
+            assert_eq!(scrape(address, &ca, None), 401, "{name}: no token");
+            assert_eq!(scrape(address, &ca, Some(&stranger)), 403, "{name}: a token without the role");
+            assert_eq!(scrape(address, &ca, Some("not-a-token")), 401, "{name}: a token the twin never issued");
+        }
+    });
+    assert_eq!(report["passed"], true, "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }

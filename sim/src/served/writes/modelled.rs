@@ -151,6 +151,11 @@ impl World {
                 return Err(not_modelled(resource, &name, "spec", why));
             }
         }
+        if self.api.render(&key).is_none() {
+            // The write took the last finalizer off an object being deleted: it is gone, and the answer is its last
+            // state, as the API server answers such an update.
+            return Ok(Written::Gone(Arc::new(object)));
+        }
         // What the client wrote beside the modelled fields is the object's manifest.
         let manifests = self.api.manifests_mut().expect("kept while serving");
         let manifest = manifests.entry(key.clone());
