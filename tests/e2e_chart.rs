@@ -134,8 +134,8 @@ impl Twin {
 
     /// `kubectl apply -f -` of `documents`.
     fn apply(&self, documents: &str) {
-        let mut child =
-            self.kubectl(&["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        let mut apply = self.kubectl(&["apply", "-f", "-"]);
+        let mut child = apply.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         child.stdin.take().unwrap().write_all(documents.as_bytes()).unwrap();
         let output = child.wait_with_output().unwrap();
         assert!(output.status.success(), "apply: {}", String::from_utf8_lossy(&output.stderr));
