@@ -161,12 +161,3 @@ async fn post(address: SocketAddr, call: &WebhookCall) -> Result<Value, String> 
     }
     serde_json::from_slice(&body).map_err(|e| format!("the answer is not JSON: {e}"))
 }
-
-/// Puts `world`'s API server in remote admission mode (call it once, after [`World::serve`]): the stored webhook
-/// configurations are called over HTTPS, their Services resolved by `resolver`.
-///
-/// [`World::serve`]: gpuclaim_sim::world::World::serve
-pub fn install(world: &mut gpuclaim_sim::world::World, resolver: Arc<dyn ResolveService>) -> std::io::Result<()> {
-    world.go_remote_admission(Box::new(HttpsWebhooks::new(resolver)?));
-    Ok(())
-}
