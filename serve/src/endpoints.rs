@@ -25,6 +25,11 @@ pub struct ServiceEndpoints {
 }
 
 impl ServiceEndpoints {
+    /// The Services of the kubelet's snapshot resolved to its replicas: what the webhook client dials.
+    pub fn of(kubelet: &crate::kubelet::Kubelet) -> ServiceEndpoints {
+        ServiceEndpoints::new(kubelet.snapshot(), kubelet.pods())
+    }
+
     pub fn new(snapshot: Arc<RwLock<Snapshot>>, pods: Pods) -> ServiceEndpoints {
         ServiceEndpoints { snapshot, pods }
     }

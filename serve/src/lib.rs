@@ -290,7 +290,7 @@ pub async fn run(
     if let (true, Some(kubelet)) = (config.outside_controller, &kubelet) {
         let restart = scaled(Duration::from_millis(DeploymentSpec::default().restart_after.0), config.speed);
         let host = outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart);
-        let webhooks = webhook_client::HttpsWebhooks::new(Arc::new(kubelet.endpoints()))
+        let webhooks = webhook_client::HttpsWebhooks::new(Arc::new(endpoints::ServiceEndpoints::of(kubelet)))
             .map_err(|error| ServeError::Replicas(format!("cannot call the webhooks: {error}")))?;
         world.attach(Box::new(host), Box::new(webhooks));
     }

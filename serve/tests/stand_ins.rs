@@ -431,7 +431,7 @@ async fn the_controllers_deployment_runs_as_processes_that_crash_restart_and_sto
 }
 
 fn endpoints(twin: &Twin) -> ServiceEndpoints {
-    twin.ready.kubelet.as_ref().unwrap().endpoints()
+    ServiceEndpoints::of(twin.ready.kubelet.as_ref().unwrap())
 }
 
 /// Creates a rendered document, or merges it into the stored one of its name (as `kubectl apply` would).
@@ -486,7 +486,7 @@ async fn the_charts_deployment_runs_the_real_controller_until_its_replicas_are_r
         (pods.len() == 2 && pods.iter().all(|pod| pod.ready)).then_some(pods)
     })
     .await;
-    let mut resolved = kubelet.endpoints().endpoints(NAMESPACE, "gpuclaim-webhook", 443).unwrap();
+    let mut resolved = ServiceEndpoints::of(&kubelet).endpoints(NAMESPACE, "gpuclaim-webhook", 443).unwrap();
     resolved.sort();
     let mut expected: Vec<std::net::SocketAddr> = ready.iter().map(|pod| (pod.address, 9443).into()).collect();
     expected.sort();

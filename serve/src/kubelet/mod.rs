@@ -226,9 +226,9 @@ impl Kubelet {
         self.inner.pods.clone()
     }
 
-    /// The Services of the snapshot resolved to these replicas: what the webhook client dials.
-    pub fn endpoints(&self) -> crate::endpoints::ServiceEndpoints {
-        crate::endpoints::ServiceEndpoints::new(Arc::clone(&self.inner.snapshot), self.pods())
+    /// The snapshot the kubelet runs from (the Deployments, Secrets and Services it reads).
+    pub fn snapshot(&self) -> Arc<RwLock<gpuclaim_sim::served::store::Snapshot>> {
+        Arc::clone(&self.inner.snapshot)
     }
 
     /// Where the replicas' logs are.
