@@ -184,22 +184,6 @@ impl Drop for Twin {
     }
 }
 
-/// Refusals the HTTP path adds and the in-process run cannot have, by `<what>:<reason>`. The VMI webhook judges a
-/// VMI by its replica's cache, which learns of a claim one watch delivery after the API server stored it; the twin's
-/// in-process webhook reads the store itself. A tenant that orders a held claim and creates its VM at the same
-/// instant (story 08's workload) so sees the VMI refused as `ClaimMissing` until the cache has the claim, and
-/// KubeVirt retries it (the VM starts: the test holds the VMs started equal). docs/adapter.md, "End to end on the
-/// twin", states it.
-const LAG_RETRIES: [&str; 1] = ["FailedCreate:ClaimMissing"];
-
-fn without_lag_retries(refusals: &Value) -> Value {
-    let mut refusals = refusals.clone();
-    if let Some(map) = refusals.as_object_mut() {
-        map.retain(|key, _| !LAG_RETRIES.contains(&key.as_str()));
-    }
-    refusals
-}
-
 /// The story's in-process run: its outcome as the report states one.
 fn in_process(file: &str) -> Value {
     let scenario = parse_scenario(&std::fs::read_to_string(story_path(file)).unwrap()).unwrap();
@@ -232,14 +216,14 @@ fn suite_stories_run_end_to_end_with_the_chart_and_match_their_in_process_runs()
         assert_eq!(report["passed"], true, "{}: {failure} (run in {})", story.file, dir.display());
         assert_eq!(report["expectations"], expected["expectations"], "{}: {}", story.file, dir.display());
         assert_eq!(report["stop"], expected["stop"], "{}", story.file);
-        let refusals = without_lag_retries(&report["refusals"]);
+        let refusals = &report["refusals"];
         assert_eq!(report["tenantWrites"], expected["tenantWrites"], "{}", story.file);
         if story.exact {
-            assert_eq!(refusals, expected["refusals"], "{}: refusals (run in {})", story.file, dir.display());
+            assert_eq!(refusals, &expected["refusals"], "{}: refusals (run in {})", story.file, dir.display());
             assert_eq!(report["vmStarts"], expected["vmStarts"], "{}: VMs started", story.file);
         } else {
             let reasons = |refusals: &Value| refusals.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-            let (seen, wanted) = (reasons(&refusals), reasons(&expected["refusals"]));
+            let (seen, wanted) = (reasons(refusals), reasons(&expected["refusals"]));
             assert_eq!(seen, wanted, "{}: the reasons refused (run in {})", story.file, dir.display());
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -212,7 +212,8 @@ async fn start_server(limits: Limits) -> Target {
     let text = std::fs::read_to_string(root.join("examples/objects.yaml")).unwrap();
     let objects =
         gpuclaim_engine::objects::load_objects(&text, gpuclaim_engine::keys::DEFAULT_CONTROLLER_NAMESPACE).unwrap();
-    let router = webhook::router(SharedView::new(objects.view), Arc::new(Metrics::new()), webhook::REQUEST_TIMEOUT);
+    let router =
+        webhook::router(SharedView::new(objects.view), Arc::new(Metrics::new()), webhook::REQUEST_TIMEOUT, None);
     let listener = https::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(https::serve(listener, certificate.server_config(), router, limits, std::future::pending()));

@@ -14,7 +14,7 @@
 //!
 //! let certificate = CertDir::open(std::path::Path::new("/tmp/k8s-webhook-server/serving-certs"))?;
 //! let view = SharedView::new(gpuclaim_engine::model::View::default());
-//! let router = webhook::router(view, Arc::new(Metrics::new()), webhook::REQUEST_TIMEOUT);
+//! let router = webhook::router(view, Arc::new(Metrics::new()), webhook::REQUEST_TIMEOUT, None);
 //! let listener = https::listen("[::]:9443".parse()?)?;
 //! https::serve(listener, certificate.server_config(), router, https::Limits::default(), std::future::pending()).await;
 //! # Ok(())
@@ -27,6 +27,7 @@ pub mod health;
 pub mod https;
 pub mod leader;
 pub mod metrics;
+pub mod read_through;
 pub mod reconciler;
 pub mod run;
 pub mod scrape;

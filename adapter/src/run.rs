@@ -110,7 +110,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     background.push(tasks.spawn("the certificate reload", certificate.clone().watch(RELOAD_INTERVAL)));
 
     let listener = bind("webhooks", config.webhook_address)?;
-    let router = webhook::router(view.clone(), metrics.clone(), webhook::REQUEST_TIMEOUT);
+    let router = webhook::router(view.clone(), metrics.clone(), webhook::REQUEST_TIMEOUT, Some(client.clone()));
     let mut servers =
         vec![tasks.spawn("the webhook server", https::serve(listener, tls.clone(), router, limits, stopping()))];
     if let Some(address) = config.metrics_address {

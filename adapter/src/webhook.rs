@@ -20,6 +20,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
+use crate::read_through;
 use crate::shared::{SharedView, ViewPoisoned};
 
 /// The largest review accepted. The API server refuses requests over 3 MiB, and a review may carry the object
@@ -34,12 +35,15 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 struct Endpoint {
     view: SharedView,
     metrics: Arc<Metrics>,
+    /// Where a VMI refused for a claim the cache lacks reads the claims again ([`crate::read_through`]).
+    client: Option<kube::Client>,
 }
 
 /// The router serving the three webhooks at [`Webhook::path`]; a request not read and answered within `timeout`
-/// ([`REQUEST_TIMEOUT`] in production) gets 408.
-pub fn router(view: SharedView, metrics: Arc<Metrics>, timeout: Duration) -> Router {
-    let state = Endpoint { view, metrics };
+/// ([`REQUEST_TIMEOUT`] in production) gets 408. With `client`, a VMI refused for a claim the cache does not have
+/// yet is answered again with the namespace's claims read from the API server ([`crate::read_through`]).
+pub fn router(view: SharedView, metrics: Arc<Metrics>, timeout: Duration, client: Option<kube::Client>) -> Router {
+    let state = Endpoint { view, metrics, client };
     [Webhook::Vmi, Webhook::Pod, Webhook::Order]
         .into_iter()
         .fold(Router::new(), |router, webhook| {
@@ -121,7 +125,16 @@ impl IntoResponse for RequestError {
 
 async fn handle(state: &Endpoint, webhook: Webhook, headers: &HeaderMap, body: Body) -> Result<Response, RequestError> {
     let body = read_json_body(headers, body).await.inspect_err(|e| refused(webhook, e))?;
-    let (response, outcome) = answer_body(&state.view, webhook, &body).inspect_err(|e| refused(webhook, e))?;
+    let (mut response, mut outcome) = answer_body(&state.view, webhook, &body).inspect_err(|e| refused(webhook, e))?;
+    if let Some(client) = state.client.as_ref().filter(|_| read_through::worth_reading(&outcome)) {
+        // The body was read as a review above: it parses.
+        let review: Value = serde_json::from_slice(&body).map_err(RequestError::NotJson)?;
+        match read_through::answer_again(client, &state.view, &review).await {
+            Ok(Some(again)) => (response, outcome) = again,
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the claims past the cache; the refusal stands"),
+        }
+    }
     answered(&response, &outcome);
     state.metrics.admission(&outcome);
     let bytes = serde_json::to_vec(&response).expect("JSON values always serialize");

@@ -49,8 +49,9 @@ fn serve_webhooks() -> (SocketAddr, String) {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 "{}"
             });
-            let router = gpuclaim_adapter::webhook::router(view, Arc::new(Metrics::new()), Duration::from_secs(10))
-                .route("/slow", slow);
+            let router =
+                gpuclaim_adapter::webhook::router(view, Arc::new(Metrics::new()), Duration::from_secs(10), None)
+                    .route("/slow", slow);
             https::serve(listener, server, router, Limits::default(), std::future::pending()).await;
         });
     });

@@ -14,5 +14,6 @@ mod leader;
 mod metrics_auth;
 mod monitoring;
 mod one_loop;
+mod read_through;
 mod support;
 mod webhook_https;

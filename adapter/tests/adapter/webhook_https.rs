@@ -38,7 +38,7 @@ impl Server {
         let certificate = CertDir::open(&dir).unwrap();
         tokio::spawn(certificate.clone().watch(Duration::from_millis(20)));
         let metrics = Arc::new(Metrics::new());
-        let router = webhook::router(view, metrics.clone(), timeout);
+        let router = webhook::router(view, metrics.clone(), timeout, None);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
