@@ -289,8 +289,10 @@ pub async fn run(
     let _replicas = kubelet.clone().map(AbortOnDrop);
     if let (true, Some(kubelet)) = (config.outside_controller, &kubelet) {
         let restart = scaled(Duration::from_millis(DeploymentSpec::default().restart_after.0), config.speed);
-        let host = outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart);
-        let webhooks = webhook_client::HttpsWebhooks::new(Arc::new(endpoints::ServiceEndpoints::of(kubelet)))
+        let outage = outside::Outage::default();
+        let endpoints = outage.limiting(endpoints::ServiceEndpoints::of(kubelet));
+        let host = outside::OutsideHost::new(kubelet.clone(), Arc::clone(&world.snapshot), restart, outage);
+        let webhooks = webhook_client::HttpsWebhooks::new(Arc::new(endpoints))
             .map_err(|error| ServeError::Replicas(format!("cannot call the webhooks: {error}")))?;
         world.attach(Box::new(host), Box::new(webhooks));
     }

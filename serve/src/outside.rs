@@ -10,8 +10,13 @@
 //!   meanwhile).
 //! - **A crash** kills the replica's process (SIGKILL); the kubelet restarts it after the world's restart delay,
 //!   scaled to the twin's speed.
+//! - **A webhook outage** (a scenario's `SetWebhookReplicas`) leaves that many of the ready replicas behind the
+//!   Services, as the endpoints controller does when pods fail their readiness: 0 is an outage, and the webhooks'
+//!   failure policies decide ([`Outage`]). The processes keep running.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,6 +24,7 @@ use gpuclaim_sim::served::store::{ResourceId, Snapshot};
 use gpuclaim_sim::world::HostAction;
 use serde_json::Value;
 
+use crate::endpoints::ResolveService;
 use crate::kubelet::Kubelet;
 use crate::world_thread::Host;
 
@@ -28,19 +34,59 @@ const WEBHOOK_CONFIGURATIONS: [ResourceId; 2] = [
     ResourceId { group: "admissionregistration.k8s.io", plural: "validatingwebhookconfigurations" },
 ];
 
+/// How many ready endpoints a scenario's outage leaves behind each Service (`u32::MAX`: all of them).
+#[derive(Clone, Debug)]
+pub struct Outage(Arc<AtomicU32>);
+
+impl Default for Outage {
+    fn default() -> Outage {
+        Outage(Arc::new(AtomicU32::new(u32::MAX)))
+    }
+}
+
+impl Outage {
+    pub fn set(&self, ready: u32) {
+        self.0.store(ready, Ordering::Relaxed);
+    }
+
+    /// The Services resolved by `endpoints`, with at most the outage's count of ready endpoints each.
+    pub fn limiting<R: ResolveService>(&self, endpoints: R) -> Limited<R> {
+        Limited { endpoints, outage: self.clone() }
+    }
+}
+
+/// Services resolved under an [`Outage`].
+pub struct Limited<R> {
+    endpoints: R,
+    outage: Outage,
+}
+
+impl<R: ResolveService> ResolveService for Limited<R> {
+    fn endpoints(&self, namespace: &str, service: &str, port: i32) -> Result<Vec<SocketAddr>, String> {
+        let mut ready = self.endpoints.endpoints(namespace, service, port)?;
+        ready.truncate(usize::try_from(self.outage.0.load(Ordering::Relaxed)).unwrap_or(usize::MAX));
+        match ready.is_empty() {
+            true => Err(format!("no endpoints available for service {service:?}")),
+            false => Ok(ready),
+        }
+    }
+}
+
 /// The outside controller's host.
 pub struct OutsideHost {
     pub kubelet: Kubelet,
     pub snapshot: Arc<RwLock<Snapshot>>,
     /// How long the kubelet waits before it restarts a crashed replica (the world's delay over the speed).
     pub restart_after: Duration,
+    /// The endpoints a scenario's outage leaves (the webhook client resolves Services through it).
+    pub outage: Outage,
     /// Said once: the replicas' addresses (`replica NAME at ADDRESS`), on standard output.
     told: BTreeSet<String>,
 }
 
 impl OutsideHost {
-    pub fn new(kubelet: Kubelet, snapshot: Arc<RwLock<Snapshot>>, restart_after: Duration) -> OutsideHost {
-        OutsideHost { kubelet, snapshot, restart_after, told: BTreeSet::new() }
+    pub fn new(kubelet: Kubelet, snapshot: Arc<RwLock<Snapshot>>, restart_after: Duration, outage: Outage) -> Self {
+        OutsideHost { kubelet, snapshot, restart_after, outage, told: BTreeSet::new() }
     }
 
     /// The replicas ready now, by pod name; each new one said once on standard output.
@@ -107,9 +153,38 @@ impl Host for OutsideHost {
                     eprintln!("cannot crash replica {index}: {error}");
                 }
             }
-            HostAction::WebhookEndpoints(ready) => {
-                eprintln!("a webhook outage ({ready} endpoints) is not run with the controller outside: ignored");
+            HostAction::WebhookEndpoints(ready) => self.outage.set(ready),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Two;
+
+    impl ResolveService for Two {
+        fn endpoints(&self, _namespace: &str, service: &str, _port: i32) -> Result<Vec<SocketAddr>, String> {
+            match service {
+                "gpuclaim-webhook" => Ok(vec!["127.0.0.2:9443".parse().unwrap(), "127.0.0.3:9443".parse().unwrap()]),
+                _ => Err(format!("service {service:?} not found")),
             }
         }
+    }
+
+    #[test]
+    fn an_outage_leaves_as_many_endpoints_as_the_scenario_says_and_zero_is_none() {
+        let outage = Outage::default();
+        let resolved = outage.limiting(Two);
+        assert_eq!(resolved.endpoints("ns", "gpuclaim-webhook", 443).unwrap().len(), 2);
+        outage.set(1);
+        assert_eq!(resolved.endpoints("ns", "gpuclaim-webhook", 443).unwrap(), vec!["127.0.0.2:9443".parse().unwrap()]);
+        outage.set(0);
+        let error = resolved.endpoints("ns", "gpuclaim-webhook", 443).unwrap_err();
+        assert_eq!(error, "no endpoints available for service \"gpuclaim-webhook\"");
+        assert_eq!(resolved.endpoints("ns", "other", 443).unwrap_err(), "service \"other\" not found");
+        outage.set(2);
+        assert_eq!(resolved.endpoints("ns", "gpuclaim-webhook", 443).unwrap().len(), 2, "the outage ends");
     }
 }
