@@ -185,11 +185,28 @@ impl Drop for Twin {
 }
 
 /// The story's in-process run: its outcome as the report states one.
-fn in_process(file: &str) -> Value {
+fn in_process(file: &str) -> (Value, Value) {
     let scenario = parse_scenario(&std::fs::read_to_string(story_path(file)).unwrap()).unwrap();
     let seed = scenario.seed.unwrap_or(1);
     let (run, world) = run_checked_world(&scenario, Variant::SHIPPED, "shipped", seed, EventLog::new(None)).unwrap();
-    gpuclaim_serve::report::outcome(&run, world.stats())
+    (gpuclaim_serve::report::outcome(&run, world.stats()), gpuclaim_serve::report::details(&run))
+}
+
+/// The virtual second a `by` expectation was met at, from its detail (`met at 42.500s`).
+fn met_at(detail: &Value) -> Option<f64> {
+    detail["detail"].as_str()?.strip_prefix("met at ")?.strip_suffix('s')?.parse().ok()
+}
+
+/// How much later than in process each `by` expectation was met (the HTTP path's lag, in virtual seconds), said on
+/// standard error (`--nocapture` shows it; docs/adapter.md records a run's).
+fn report_lag(story: &str, report: &Value, in_process: &Value) {
+    let (served, local) = (report["details"].as_array().unwrap(), in_process.as_array().unwrap());
+    for (served, local) in served.iter().zip(local) {
+        if let (Some(served_at), Some(local_at)) = (met_at(served), met_at(local)) {
+            let says = served["says"].as_str().unwrap_or_default();
+            eprintln!("lag {story}: {says}: met at {served_at:.1}s, in process {local_at:.1}s");
+        }
+    }
 }
 
 /// Runs `story` end to end with `chart` applied; the twin's report and the run's directory.
@@ -211,7 +228,8 @@ fn suite_stories_run_end_to_end_with_the_chart_and_match_their_in_process_runs()
     let chart = rendered_chart(&helm);
     for story in &STORIES {
         let (report, dir) = end_to_end(&kubectl, &chart, story, |_| {});
-        let expected = in_process(story.file);
+        let (expected, details) = in_process(story.file);
+        report_lag(story.file, &report, &details);
         let failure = &report["failure"];
         assert_eq!(report["passed"], true, "{}: {failure} (run in {})", story.file, dir.display());
         assert_eq!(report["expectations"], expected["expectations"], "{}: {}", story.file, dir.display());

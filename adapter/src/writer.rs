@@ -290,7 +290,7 @@ impl Writer {
         let patch = Patch::Merge(json!({"metadata": {"resourceVersion": precondition, "finalizers": finalizers}}));
         let patched =
             self.call("UpdateClaim", Kind::Claim, claim, api.patch(&claim.name, &self.params, &patch)).await?;
-        written.extend(read_logged(&patched).map(Change::Upsert));
+        written.extend(claim_written(&patched));
         Ok(patched.metadata.resource_version.unwrap_or_default())
     }
 
@@ -552,6 +552,23 @@ pub fn publish_patch(version: &str, published: &Published) -> Value {
     })
 }
 
+/// What a claim's write left, as the view takes it: the claim as written, or, when the write took the last finalizer
+/// off a claim being deleted, its deletion at the write's revision. The watch's DELETED event may arrive before this
+/// answer does; an upsert would then bring the claim back into the view for good.
+fn claim_written(claim: &GPUClaim) -> Option<Change> {
+    let meta = &claim.metadata;
+    let gone = meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
+    if !gone {
+        return read_logged(claim).map(Change::Upsert);
+    }
+    Some(Change::Delete {
+        kind: Kind::Claim,
+        namespace: meta.namespace.clone().unwrap_or_default().into(),
+        name: meta.name.clone().unwrap_or_default().into(),
+        revision: meta.resource_version.clone().unwrap_or_default().into(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use gpuclaim_engine::api::GPUClassStatus;
@@ -573,5 +590,28 @@ mod tests {
             serde_json::from_value(serde_json::json!({"allocatableUnits": 24, "freeUnits": 4, "largestFreeOnNode": 2}))
                 .unwrap();
         assert_eq!(old.fragmented_units, 0);
+    }
+
+    #[test]
+    fn a_claim_write_that_took_the_last_finalizer_off_a_deleting_claim_is_its_deletion() {
+        let claim = |finalizers: serde_json::Value| -> GPUClaim {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpu.cozystack.io/v1alpha1", "kind": "GPUClaim",
+                "metadata": {"name": "data", "namespace": "tenant-a", "resourceVersion": "1372", "uid": "u",
+                    "deletionTimestamp": "2027-01-15T08:00:26Z", "finalizers": finalizers},
+                "spec": {"className": "h100", "count": 1}
+            }))
+            .unwrap()
+        };
+        let gone = claim_written(&claim(serde_json::json!([])));
+        let expected = Change::Delete {
+            kind: Kind::Claim,
+            namespace: "tenant-a".into(),
+            name: "data".into(),
+            revision: "1372".into(),
+        };
+        assert_eq!(gone, Some(expected), "gone: the view must not keep it, whatever the watch sends first");
+        let kept = claim_written(&claim(serde_json::json!([keys::FINALIZER_RELEASE])));
+        assert!(matches!(kept, Some(Change::Upsert(_))), "still held by a finalizer: {kept:?}");
     }
 }

@@ -60,7 +60,7 @@ pub fn check_event_expecting(
     awaited: &BTreeSet<Invariant>,
     broken: &mut Vec<Stop>,
 ) -> Result<(), Stop> {
-    let touched = world.api.watch().take_journal(invariants.spent_journal());
+    let touched = world.take_touched(invariants.spent_journal());
     let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
     for violation in invariants.check_all(world.store(), touched, now, time, leads) {
         let stop = Stop { violation, event: world.events(), at: now };
@@ -80,7 +80,7 @@ pub fn check_event_expecting(
 
 /// Checks what the world's last event changed (an observer of [`World::run_observed`]).
 pub fn check_event(invariants: &mut Invariants, world: &mut World) -> Result<(), Stop> {
-    let touched = world.api.watch().take_journal(invariants.spent_journal());
+    let touched = world.take_touched(invariants.spent_journal());
     let (now, time, leads) = (world.now(), world.engine_time(), world.controller_leads());
     invariants.check(world.store(), touched, now, time, leads).map_err(|violation| Stop {
         violation,

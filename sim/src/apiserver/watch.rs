@@ -40,6 +40,11 @@ impl Watch {
         self.jitter = Some((max.max(self.lag), rng));
     }
 
+    /// Whether someone reads the journal of writes.
+    pub fn keeps_journal(&self) -> bool {
+        self.journal.is_some()
+    }
+
     /// Starts keeping the journal of writes.
     pub fn keep_journal(&mut self) {
         self.journal.get_or_insert_with(Vec::new);

@@ -101,6 +101,7 @@ impl World {
         Arc::make_mut(&mut pod.labels).insert(kubevirt::LABEL_MIGRATION_JOB_UID.to_owned(), uid.to_owned());
         pod.pod_anti_affinity = Some(keep_off_own_pods(&vmi.uid));
         let object = Named("Pod", &migration.namespace, &name);
+        self.sync_before_admission();
         match self.api.create_pod(pod, &self.kubevirt.controller) {
             Ok(_) => {
                 let now = self.now();

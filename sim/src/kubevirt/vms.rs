@@ -95,6 +95,7 @@ impl World {
             }
         }
         let item = || [namespace, "/", name].concat();
+        self.sync_before_admission();
         match self.api.create_vmi(vmi, &self.kubevirt.controller) {
             Ok(_) => {
                 if self.kubevirt.vm_retries.backing_off() {
@@ -133,6 +134,7 @@ impl World {
         }
         let object = Named("Pod", namespace, &name);
         let item = || [namespace, "/", vmi_name].concat();
+        self.sync_before_admission();
         match self.api.create_pod(pod, &self.kubevirt.controller) {
             Ok(pod) => {
                 let gated = !pod.scheduling_gates.is_empty();

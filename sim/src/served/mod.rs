@@ -179,6 +179,8 @@ impl World {
                 let _ = self.api.create_namespace(namespace, &admin, false);
             }
         }
+        // Someone reads the journal already (a run's invariant checks): the syncs keep what they read for it.
+        let touched = self.api.watch().keeps_journal().then(Vec::new);
         self.api.watch().keep_journal();
         let now = self.time();
         let head = self.api.revision();
@@ -204,7 +206,8 @@ impl World {
             metadata["generation"] = 1.into();
             snapshot.load(definitions.id(), "", &name, head, definition);
         }
-        let served = ServedApi::new(snapshot);
+        let mut served = ServedApi::new(snapshot);
+        served.touched = touched;
         let shared = served.snapshot();
         self.served = Some(Box::new(served));
         for (namespace, name) in self.vm_names() {
@@ -226,6 +229,9 @@ impl World {
             return Vec::new();
         }
         let journal = self.api.watch().take_journal(Vec::new());
+        if let Some(touched) = self.served.as_mut().and_then(|served| served.touched.as_mut()) {
+            touched.extend_from_slice(&journal);
+        }
         let mut last: BTreeMap<ObjectKey, u64> = BTreeMap::new();
         for (key, revision) in &journal {
             last.insert(served_key(key.clone()), *revision);
@@ -263,5 +269,29 @@ impl World {
         let namespaces_changed = journal.iter().any(|(key, _)| key.kind == Kind::Namespace);
         self.sync_admission(&snapshot, namespaces_changed);
         journal
+    }
+
+    /// The writes since the last call, for a run's invariant checks: the API server's journal, or, while served,
+    /// what the syncs read of it (they take it to render what changed). `spent` (emptied) takes its place.
+    pub fn take_touched(&mut self, spent: Vec<Journaled>) -> Vec<Journaled> {
+        if let Some(served) = self.served.as_mut() {
+            // From now on the syncs keep what they read for the checks.
+            served.touched.get_or_insert_with(Vec::new);
+            self.served_sync();
+            let touched = self.served.as_mut().and_then(|served| served.touched.as_mut()).expect("checked above");
+            let mut spent = spent;
+            spent.clear();
+            return std::mem::replace(touched, spent);
+        }
+        self.api.watch().take_journal(spent)
+    }
+
+    /// Before a write the webhooks judge (remote admission): what the world wrote so far in this event is rendered,
+    /// so a webhook that reads the API server sees it, as it would see every write committed before the request
+    /// (a tenant's claim, then the VM using it, in one event).
+    pub(crate) fn sync_before_admission(&mut self) {
+        if self.api.admission.is_remote() {
+            self.served_sync();
+        }
     }
 }

@@ -29,6 +29,9 @@ pub struct ServedApi {
     pub(crate) admission_seen: Option<u64>,
     /// What that read could not apply (see [`crate::world::World::admission_problems`]).
     pub(crate) admission_problems: Vec<String>,
+    /// The writes each sync read from the API server's journal, kept for the run's invariant checks when they read
+    /// the journal too (`None`: nobody does; see [`crate::world::World::take_touched`]).
+    pub(crate) touched: Option<Vec<crate::apiserver::watch::Journaled>>,
 }
 
 impl ServedApi {
@@ -41,6 +44,7 @@ impl ServedApi {
             events_kept: VecDeque::new(),
             admission_seen: None,
             admission_problems: Vec::new(),
+            touched: None,
         }
     }
 

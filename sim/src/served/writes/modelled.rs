@@ -153,7 +153,8 @@ impl World {
         }
         if self.api.render(&key).is_none() {
             // The write took the last finalizer off an object being deleted: it is gone, and the answer is its last
-            // state, as the API server answers such an update.
+            // state at the deletion's revision, as the API server answers such an update.
+            object["metadata"]["resourceVersion"] = self.api.revision().to_string().into();
             return Ok(Written::Gone(Arc::new(object)));
         }
         // What the client wrote beside the modelled fields is the object's manifest.
