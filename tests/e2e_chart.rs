@@ -280,19 +280,9 @@ fn a_verb_removed_from_the_cluster_role_fails_the_story_that_needs_it() {
 
 /// The DER certificates of a PEM bundle.
 fn pem_certificates(pem: &str) -> Vec<Vec<u8>> {
-    use base64::Engine;
-    let mut certificates = Vec::new();
-    let mut body = String::new();
-    for line in pem.lines().map(str::trim) {
-        match line {
-            "-----BEGIN CERTIFICATE-----" => body.clear(),
-            "-----END CERTIFICATE-----" => {
-                certificates.push(base64::engine::general_purpose::STANDARD.decode(&body).unwrap());
-            }
-            _ => body.push_str(line),
-        }
-    }
-    certificates
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes()).map(|certificate| certificate.unwrap().to_vec()).collect()
 }
 
 /// `GET /metrics` from a replica, as a scraper does through the chart's metrics Service name, with `token`:

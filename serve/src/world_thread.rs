@@ -324,10 +324,13 @@ impl Context<'_> {
         }
         let judge = &mut *self.judge;
         let ran = world.run_observed(target, EVENTS_PER_SLICE_MAX, |world| {
-            world.served_sync();
             match judge.as_mut().and_then(|judge| judge.checker.as_mut()) {
+                // The checks take what changed through the served sync (`World::take_touched`).
                 Some(checker) => checker.observe(world),
-                None => Ok(()),
+                None => {
+                    world.served_sync();
+                    Ok(())
+                }
             }
         });
         let stopped = match ran {

@@ -314,13 +314,19 @@ fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_controllers_deployment_runs_as_processes_that_crash_restart_and_stop() {
-    let Some(python) = python() else { return };
-    let dir = temp_dir();
+/// [`FAKE_CONTROLLER`] as an executable in `dir` (`None`, said, without python3).
+fn fake_controller(dir: &std::path::Path) -> Option<PathBuf> {
+    let python = python()?;
     let script = dir.join("fake-controller");
     std::fs::write(&script, format!("#!{}\n{FAKE_CONTROLLER}", python.display())).unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    Some(script)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_deployment_runs_as_processes_that_crash_restart_and_stop() {
+    let dir = temp_dir();
+    let Some(script) = fake_controller(&dir) else { return };
     let logs = dir.join("logs");
     let credentials = Arc::new(FakeCredentials::default());
     let twin = Twin::start(|config| {
@@ -506,11 +512,8 @@ async fn the_charts_deployment_runs_the_real_controller_until_its_replicas_are_r
 /// started again, whoever still holds the kubelet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_ended_without_a_stop_leaves_no_replica_behind() {
-    let Some(python) = python() else { return };
     let dir = temp_dir();
-    let script = dir.join("fake-controller");
-    std::fs::write(&script, format!("#!{}\n{FAKE_CONTROLLER}", python.display())).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let Some(script) = fake_controller(&dir) else { return };
     let logs = dir.join("logs");
     let twin = Twin::start(|config| {
         config.run_controllers = true;

@@ -66,15 +66,4 @@ impl World {
         self.record("host", &object, what, &[])?;
         Ok(true)
     }
-
-    /// A served write the outside controller made was refused: counted and logged as the world's own controller's
-    /// refused writes are (`WriteRefused:<reason>`).
-    pub(crate) fn outside_write_refused(
-        &mut self,
-        object: &str,
-        reason: &str,
-        message: String,
-    ) -> Result<(), WorldError> {
-        self.refused("gpu-controller", &object, "WriteRefused", reason, message)
-    }
 }

@@ -92,7 +92,6 @@ impl World {
     pub(super) fn tenant_write(&mut self, namespace: &str, write: &TenantWrite) -> Result<(), WorldError> {
         let user = users::tenant(namespace);
         let now = self.time();
-        self.sync_before_admission();
         let (object, outcome): (Box<dyn LogObject + '_>, _) = match write {
             TenantWrite::OrderClaim { claim, class, count } | TenantWrite::OrderMarkedClaim { claim, class, count } => {
                 let order = Claim {

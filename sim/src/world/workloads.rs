@@ -93,7 +93,6 @@ impl World {
             ..Claim::default()
         };
         let object = format!("GPUClaim {}/{}", claim.namespace, claim.name);
-        self.sync_before_admission();
         match self.api.create_claim(claim, &crate::users::tenant(&vm.namespace)) {
             Ok(_) => {
                 self.metrics.count(crate::metrics::ORDER_ACCEPTED);

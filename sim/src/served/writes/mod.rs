@@ -178,7 +178,7 @@ impl World {
             (None, Some(name)) => format!("{kind} {name}"),
             (_, None) => kind.to_owned(),
         };
-        self.outside_write_refused(&object, &reason, message)
+        self.refused("gpu-controller", &object, "WriteRefused", &reason, message)
     }
 
     /// A create's object and name, as every kind starts one: the body read, its kind, name and namespace checked
